@@ -1,0 +1,333 @@
+import { readFileSync } from 'node:fs'
+import envSchema from 'env-schema'
+
+// Every option, its type and its default, in one place. The README's
+// configuration table mirrors this schema.
+export const DEFAULT_PORT = 8080
+export const DEFAULT_ADMIN_PORT = 9090
+export const DEFAULT_TOKEN_TIMEOUT_MS = 10_000
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
+export const DEFAULT_TOKEN_REFRESH_MARGIN_MS = 5 * 60_000
+export const DEFAULT_TOKEN_WAIT_MS = 3_000
+export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export type LogLevel = typeof LOG_LEVELS[number]
+
+const durationMs = (def: number, minimum = 1) => ({ type: 'integer', minimum, default: def })
+const port = (def: number) => ({ type: 'integer', minimum: 0, maximum: 65535, default: def })
+
+const schema = {
+  type: 'object',
+  properties: {
+    AUTH_URL: { type: 'string' },
+    CLIENT_ID: { type: 'string' },
+    CLIENT_ID_FILE: { type: 'string' },
+    CLIENT_SECRET: { type: 'string' },
+    CLIENT_SECRET_FILE: { type: 'string' },
+    UPSTREAM_URL: { type: 'string' },
+    HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
+    PORT: port(DEFAULT_PORT),
+    ADMIN_HOST: { type: 'string', minLength: 1, default: '0.0.0.0' },
+    ADMIN_PORT: port(DEFAULT_ADMIN_PORT),
+    TOKEN_TIMEOUT_MS: durationMs(DEFAULT_TOKEN_TIMEOUT_MS),
+    UPSTREAM_TIMEOUT_MS: durationMs(DEFAULT_UPSTREAM_TIMEOUT_MS),
+    TOKEN_REFRESH_MARGIN_MS: durationMs(DEFAULT_TOKEN_REFRESH_MARGIN_MS, 0),
+    TOKEN_WAIT_MS: durationMs(DEFAULT_TOKEN_WAIT_MS, 0),
+    SHUTDOWN_GRACE_MS: durationMs(DEFAULT_SHUTDOWN_GRACE_MS),
+    SHUTDOWN_DELAY_MS: durationMs(0, 0),
+    ACCESS_LOG: { type: 'boolean', default: false },
+    LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
+  }
+} as const
+
+interface RawEnv {
+  AUTH_URL?: string
+  CLIENT_ID?: string
+  CLIENT_ID_FILE?: string
+  CLIENT_SECRET?: string
+  CLIENT_SECRET_FILE?: string
+  UPSTREAM_URL?: string
+  HOST: string
+  PORT: number
+  ADMIN_HOST: string
+  ADMIN_PORT: number
+  TOKEN_TIMEOUT_MS: number
+  UPSTREAM_TIMEOUT_MS: number
+  TOKEN_REFRESH_MARGIN_MS: number
+  TOKEN_WAIT_MS: number
+  SHUTDOWN_GRACE_MS: number
+  SHUTDOWN_DELAY_MS: number
+  ACCESS_LOG: boolean
+  LOG_LEVEL: LogLevel
+}
+
+/** Where a credential comes from: the environment, or a file re-read before each token request. */
+export type CredentialSource = { readonly value: string } | { readonly file: string }
+
+export interface Config {
+  readonly authUrl: string
+  readonly clientId: CredentialSource
+  readonly clientSecret: CredentialSource
+  readonly upstreamUrl: string
+  readonly host: string
+  readonly port: number
+  readonly adminHost: string
+  readonly adminPort: number
+  readonly tokenTimeoutMs: number
+  readonly upstreamTimeoutMs: number
+  readonly tokenRefreshMarginMs: number
+  readonly tokenWaitMs: number
+  readonly shutdownGraceMs: number
+  readonly shutdownDelayMs: number
+  readonly accessLog: boolean
+  readonly logLevel: LogLevel
+}
+
+export class ConfigError extends Error {
+  readonly problems: readonly string[]
+  constructor (problems: string[]) {
+    super('invalid configuration:\n' + problems.map((p) => `  - ${p}`).join('\n'))
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+export type ReadFile = (path: string) => string
+
+const defaultReadFile: ReadFile = (path) => readFileSync(path, 'utf8')
+
+/**
+ * Validates the environment and returns a frozen Config. Every problem is
+ * reported at once in a ConfigError; no message ever contains a credential.
+ */
+export function loadConfig (env: Record<string, string | undefined>, readFile: ReadFile = defaultReadFile): Config {
+  const problems: string[] = []
+  let raw: RawEnv
+  try {
+    raw = envSchema<RawEnv>({ schema: structuredClone(schema) as object, data: { ...env }, env: false, dotenv: false })
+  } catch (err) {
+    problems.push(...schemaProblems(err))
+    // Keep checking what can be checked so that one run names every problem.
+    raw = { ...env } as unknown as RawEnv
+  }
+
+  const authUrl = checkUrl('AUTH_URL', raw.AUTH_URL, problems)
+  const upstreamUrl = checkUrl('UPSTREAM_URL', raw.UPSTREAM_URL, problems)
+  const clientId = checkCredential('CLIENT_ID', raw.CLIENT_ID, raw.CLIENT_ID_FILE, readFile, problems)
+  const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
+
+  if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
+      clientId === undefined || clientSecret === undefined) {
+    throw new ConfigError(problems)
+  }
+
+  return Object.freeze({
+    authUrl,
+    clientId,
+    clientSecret,
+    upstreamUrl,
+    host: raw.HOST,
+    port: raw.PORT,
+    adminHost: raw.ADMIN_HOST,
+    adminPort: raw.ADMIN_PORT,
+    tokenTimeoutMs: raw.TOKEN_TIMEOUT_MS,
+    upstreamTimeoutMs: raw.UPSTREAM_TIMEOUT_MS,
+    tokenRefreshMarginMs: raw.TOKEN_REFRESH_MARGIN_MS,
+    tokenWaitMs: raw.TOKEN_WAIT_MS,
+    shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
+    shutdownDelayMs: raw.SHUTDOWN_DELAY_MS,
+    accessLog: raw.ACCESS_LOG,
+    logLevel: raw.LOG_LEVEL
+  })
+}
+
+interface AjvError { instancePath: string, message?: string, params: Record<string, unknown> }
+
+function schemaProblems (err: unknown): string[] {
+  const errors = (err as { errors?: AjvError[] }).errors
+  if (!Array.isArray(errors)) return [String((err as Error).message)]
+  // Ajv messages name the constraint, never the value, so no secret can leak here.
+  return errors.map((e) => {
+    const name = e.instancePath.replace(/^\//, '')
+    const allowed = Array.isArray(e.params.allowedValues) ? ` (${e.params.allowedValues.join(', ')})` : ''
+    return `${name}: ${e.message ?? 'is invalid'}${allowed}`
+  })
+}
+
+function checkUrl (
+  name: string, value: string | undefined, problems: string[], { allowQuery = false } = {}
+): string | undefined {
+  if (value === undefined || value === '') {
+    problems.push(`${name}: is required`)
+    return undefined
+  }
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    problems.push(`${name}: is not a valid URL`)
+    return undefined
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    problems.push(`${name}: must be an http:// or https:// URL`)
+    return undefined
+  }
+  if (url.username !== '' || url.password !== '') {
+    // A URL is logged and shown in errors; credentials belong in CLIENT_ID / CLIENT_SECRET.
+    problems.push(`${name}: must not contain credentials`)
+    return undefined
+  }
+  if (allowQuery) return url.href
+  if (url.search !== '' || url.hash !== '') {
+    problems.push(`${name}: must not contain a query string or fragment`)
+    return undefined
+  }
+  return url.href.replace(/\/+$/, '')
+}
+
+function checkCredential (
+  name: string, value: string | undefined, file: string | undefined, readFile: ReadFile, problems: string[]
+): CredentialSource | undefined {
+  const fileName = `${name}_FILE`
+  if (value !== undefined && value !== '' && file !== undefined && file !== '') {
+    problems.push(`${name}: set either ${name} or ${fileName}, not both`)
+    return undefined
+  }
+  if (file !== undefined && file !== '') {
+    let content: string
+    try {
+      content = readFile(file)
+    } catch (err) {
+      problems.push(`${fileName}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+      return undefined
+    }
+    const problem = credentialProblem(trimCredential(content))
+    if (problem !== undefined) {
+      problems.push(`${fileName}: the file's content ${problem}`)
+      return undefined
+    }
+    return Object.freeze({ file })
+  }
+  if (value === undefined || value === '') {
+    problems.push(`${name}: is required (or ${fileName})`)
+    return undefined
+  }
+  const problem = credentialProblem(value)
+  if (problem !== undefined) {
+    problems.push(`${name}: ${problem}`)
+    return undefined
+  }
+  return Object.freeze({ value })
+}
+
+/** Kubernetes and compose secret files usually end with a newline that is not part of the value. */
+export function trimCredential (content: string): string {
+  return content.replace(/\r?\n$/, '')
+}
+
+/**
+ * The contract sends the credentials without percent-encoding (§4.1 rule 2), so a
+ * value with `&` or whitespace would corrupt the form body. Says what is wrong
+ * without ever repeating the value.
+ */
+export function credentialProblem (value: string): string | undefined {
+  if (value === '') return 'is empty'
+  if (/[\s&]/.test(value)) return "contains whitespace or '&', which the unencoded form body cannot carry"
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x1f\x7f]/.test(value)) return 'contains control characters'
+  return undefined
+}
+
+// The stand-in TI APIs (`main.js stand-in`, used by docker-compose and the demo).
+export const DEFAULT_STAND_IN_PORT = 8081
+export const DEMO_CLIENT_ID = 'demo-client'
+// A secret with `+`, `/` and `=`, the characters percent-encoding would change: the
+// demo shows it reaching the token endpoint exactly as is.
+export const DEMO_CLIENT_SECRET = 'Zm9v+YmFy/c2VjcmV0='
+
+export interface StandInConfig {
+  readonly host: string
+  readonly port: number
+  readonly clientId: string
+  readonly clientSecret: string
+  readonly tokenLifetimeMs: number
+  readonly style: 'ti' | 'apigee'
+  readonly logLevel: LogLevel
+}
+
+const standInSchema = {
+  type: 'object',
+  properties: {
+    STAND_IN_HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
+    STAND_IN_PORT: port(DEFAULT_STAND_IN_PORT),
+    STAND_IN_CLIENT_ID: { type: 'string', minLength: 1, default: DEMO_CLIENT_ID },
+    STAND_IN_CLIENT_SECRET: { type: 'string', minLength: 1, default: DEMO_CLIENT_SECRET },
+    STAND_IN_CLIENT_SECRET_FILE: { type: 'string' },
+    STAND_IN_TOKEN_LIFETIME_MS: durationMs(60 * 60_000, 1000),
+    STAND_IN_STYLE: { type: 'string', enum: ['ti', 'apigee'], default: 'ti' },
+    LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
+  }
+} as const
+
+export function loadStandInConfig (env: Record<string, string | undefined>, readFile: ReadFile = defaultReadFile): StandInConfig {
+  let raw: Record<string, string | number | undefined>
+  try {
+    raw = envSchema({ schema: structuredClone(standInSchema) as object, data: { ...env }, env: false, dotenv: false })
+  } catch (err) {
+    throw new ConfigError(schemaProblems(err))
+  }
+  let clientSecret = raw.STAND_IN_CLIENT_SECRET as string
+  if (typeof raw.STAND_IN_CLIENT_SECRET_FILE === 'string' && raw.STAND_IN_CLIENT_SECRET_FILE !== '') {
+    try {
+      clientSecret = trimCredential(readFile(raw.STAND_IN_CLIENT_SECRET_FILE))
+    } catch (err) {
+      throw new ConfigError([`STAND_IN_CLIENT_SECRET_FILE: cannot read it (${(err as NodeJS.ErrnoException).code ?? 'error'})`])
+    }
+  }
+  return Object.freeze({
+    host: raw.STAND_IN_HOST as string,
+    port: raw.STAND_IN_PORT as number,
+    clientId: raw.STAND_IN_CLIENT_ID as string,
+    clientSecret,
+    tokenLifetimeMs: raw.STAND_IN_TOKEN_LIFETIME_MS as number,
+    style: raw.STAND_IN_STYLE as 'ti' | 'apigee',
+    logLevel: raw.LOG_LEVEL as LogLevel
+  })
+}
+
+// The example caller service (`main.js caller`, used by docker-compose).
+export interface CallerConfig {
+  readonly targetUrl: string
+  readonly intervalMs: number
+  readonly timeoutMs: number
+  readonly logLevel: LogLevel
+}
+
+const callerSchema = {
+  type: 'object',
+  properties: {
+    CALLER_TARGET_URL: { type: 'string', minLength: 1, default: 'http://localhost:8080/v2/store/products/LM358BIDR?currency=USD' },
+    CALLER_INTERVAL_MS: durationMs(5000, 100),
+    CALLER_TIMEOUT_MS: durationMs(10_000),
+    LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
+  }
+} as const
+
+export function loadCallerConfig (env: Record<string, string | undefined>): CallerConfig {
+  let raw: Record<string, string | number>
+  try {
+    raw = envSchema({ schema: structuredClone(callerSchema) as object, data: { ...env }, env: false, dotenv: false })
+  } catch (err) {
+    throw new ConfigError(schemaProblems(err))
+  }
+  const problems: string[] = []
+  const targetUrl = checkUrl('CALLER_TARGET_URL', raw.CALLER_TARGET_URL as string, problems, { allowQuery: true })
+  if (targetUrl === undefined) throw new ConfigError(problems)
+  return Object.freeze({
+    targetUrl,
+    intervalMs: raw.CALLER_INTERVAL_MS as number,
+    timeoutMs: raw.CALLER_TIMEOUT_MS as number,
+    logLevel: raw.LOG_LEVEL as LogLevel
+  })
+}
