@@ -1,0 +1,226 @@
+import { request, type Dispatcher } from 'undici'
+
+/** The contract's ceiling on a token's life (§5.5, §8): never trust a longer one. */
+export const MAX_TOKEN_LIFETIME_MS = 60 * 60_000
+/** A token-endpoint body larger than this is not a token answer. */
+export const MAX_RESPONSE_BYTES = 64 * 1024
+
+export const TOKEN_PATH = '/v1/oauth/accesstoken'
+
+export interface Credentials {
+  clientId: string
+  clientSecret: string
+}
+
+export interface FetchedToken {
+  accessToken: string
+  /** Lifetime the endpoint granted, capped at the contract's 60 minutes. */
+  lifetimeMs: number
+}
+
+/**
+ * Why a token request failed. `outcome` is the metric label; `retryAfterMs` comes
+ * from the endpoint's Retry-After; `oauthError` is the OAuth / Apigee error code,
+ * the only part of an error body that is ever kept (bodies may echo credentials).
+ */
+export type TokenOutcome = 'success' | 'network_error' | 'timeout' | 'server_error' | 'rate_limited' |
+  'rejected' | 'http_error' | 'invalid_response' | 'credentials_unreadable'
+
+export class TokenRequestError extends Error {
+  readonly outcome: Exclude<TokenOutcome, 'success'>
+  readonly statusCode: number | undefined
+  readonly retryAfterMs: number | undefined
+  readonly oauthError: string | undefined
+
+  constructor (outcome: Exclude<TokenOutcome, 'success'>, message: string, details: {
+    statusCode?: number, retryAfterMs?: number, oauthError?: string, cause?: unknown
+  } = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause })
+    this.name = 'TokenRequestError'
+    this.outcome = outcome
+    this.statusCode = details.statusCode
+    this.retryAfterMs = details.retryAfterMs
+    this.oauthError = details.oauthError
+  }
+}
+
+export interface TokenClientOptions {
+  authUrl: string
+  timeoutMs: number
+  /** Called before every request, so rotated secret files are picked up (see credentials.ts). */
+  credentials: () => Credentials
+  dispatcher?: Dispatcher
+}
+
+/**
+ * The form body exactly as the contract shows it (§4.1): three parameters joined
+ * with `&`, and rule 2 — no percent-encoding. A secret such as `Zm9v+YmFy/c2VjcmV0=`
+ * goes on the wire as is.
+ */
+export function tokenRequestBody ({ clientId, clientSecret }: Credentials): string {
+  return `grant_type=client_credentials&client_id=${clientId}&client_secret=${clientSecret}`
+}
+
+/** Makes one token request per call; the caller (token-manager) decides when. */
+export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher }: TokenClientOptions) {
+  const url = authUrl.replace(/\/+$/, '') + TOKEN_PATH
+
+  return async function fetchToken (): Promise<FetchedToken> {
+    const body = tokenRequestBody(readCredentials(credentials))
+    let response: Dispatcher.ResponseData
+    const signal = AbortSignal.timeout(timeoutMs)
+    try {
+      response = await request(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+        body,
+        signal,
+        ...(dispatcher === undefined ? {} : { dispatcher })
+      })
+    } catch (err) {
+      throw transportError(err, signal, timeoutMs)
+    }
+
+    let text: string
+    try {
+      text = await readLimited(response.body)
+    } catch (err) {
+      throw transportError(err, signal, timeoutMs)
+    }
+    return parseTokenResponse(response.statusCode, response.headers, text)
+  }
+}
+
+function readCredentials (credentials: () => Credentials): Credentials {
+  try {
+    return credentials()
+  } catch (err) {
+    throw new TokenRequestError('credentials_unreadable', `cannot read the client credentials: ${(err as Error).message}`)
+  }
+}
+
+function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): TokenRequestError {
+  if (err instanceof TokenRequestError) return err
+  if (signal.aborted) {
+    return new TokenRequestError('timeout', `token endpoint did not answer within ${timeoutMs} ms`)
+  }
+  const code = (err as { code?: string }).code ?? 'unknown'
+  return new TokenRequestError('network_error', `token endpoint unreachable (${code})`, { cause: err })
+}
+
+async function readLimited (body: Dispatcher.ResponseData['body']): Promise<string> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of body) {
+    size += (chunk as Buffer).length
+    if (size > MAX_RESPONSE_BYTES) {
+      body.destroy()
+      throw new TokenRequestError('invalid_response', `token endpoint answer exceeds ${MAX_RESPONSE_BYTES} bytes`)
+    }
+    chunks.push(chunk as Buffer)
+  }
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+// RFC 6750 §2.1 b64token: what may follow "Bearer " in a header. Checking it also
+// guarantees a hostile answer cannot inject CR/LF into the upstream request.
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
+// TI documents `bearer`; stock Apigee answers `BearerToken`.
+const BEARER_TYPES = /^bearer(token)?$/i
+
+/**
+ * Turns a token-endpoint answer into a token or a TokenRequestError. Pure: no I/O.
+ * Handles TI's documented shape (`expires_in` a number) and stock Apigee's (every
+ * value a string). A 200 without a usable token is a failure, not a token.
+ */
+export function parseTokenResponse (
+  statusCode: number, headers: Record<string, string | string[] | undefined>, text: string
+): FetchedToken {
+  if (statusCode !== 200) throw httpError(statusCode, headers, text)
+
+  const body = parseJsonObject(text)
+  if (body === undefined) {
+    throw new TokenRequestError('invalid_response', 'token endpoint answered 200 without a JSON object', { statusCode })
+  }
+  const accessToken = body.access_token
+  if (typeof accessToken !== 'string' || !B64TOKEN.test(accessToken)) {
+    throw new TokenRequestError('invalid_response', 'token endpoint answered 200 without a usable access_token', { statusCode })
+  }
+  const expiresInS = parseExpiresIn(body.expires_in)
+  if (expiresInS === undefined) {
+    throw new TokenRequestError('invalid_response', 'token endpoint answered 200 without a usable expires_in', { statusCode })
+  }
+  const tokenType = body.token_type
+  if (tokenType !== undefined && (typeof tokenType !== 'string' || !BEARER_TYPES.test(tokenType))) {
+    throw new TokenRequestError('invalid_response', 'token endpoint answered a token_type other than bearer', { statusCode })
+  }
+  return { accessToken, lifetimeMs: Math.min(expiresInS * 1000, MAX_TOKEN_LIFETIME_MS) }
+}
+
+/** `expires_in`: a positive integer, as a number (TI) or a string of digits (Apigee). */
+export function parseExpiresIn (value: unknown): number | undefined {
+  if (typeof value === 'number') {
+    return Number.isSafeInteger(value) && value > 0 ? value : undefined
+  }
+  if (typeof value === 'string' && /^\d{1,10}$/.test(value)) {
+    const n = Number(value)
+    return n > 0 ? n : undefined
+  }
+  return undefined
+}
+
+function parseJsonObject (text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text)
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? value as Record<string, unknown>
+      : undefined
+  } catch {
+    return undefined
+  }
+}
+
+function httpError (
+  statusCode: number, headers: Record<string, string | string[] | undefined>, text: string
+): TokenRequestError {
+  const oauthError = oauthErrorCode(text)
+  const retryAfterMs = parseRetryAfter(headers['retry-after'])
+  const details = {
+    statusCode,
+    ...(oauthError === undefined ? {} : { oauthError }),
+    ...(retryAfterMs === undefined ? {} : { retryAfterMs })
+  }
+  const suffix = oauthError === undefined ? '' : ` (${oauthError})`
+  if (statusCode === 429) {
+    return new TokenRequestError('rate_limited', `token endpoint rate-limited the request (429)${suffix}`, details)
+  }
+  if (statusCode >= 500) {
+    return new TokenRequestError('server_error', `token endpoint failed (${statusCode})${suffix}`, details)
+  }
+  if ((statusCode === 400 || statusCode === 401) && oauthError !== undefined) {
+    return new TokenRequestError('rejected', `token endpoint rejected the client credentials (${statusCode})${suffix}`, details)
+  }
+  return new TokenRequestError('http_error', `token endpoint answered ${statusCode}${suffix}`, details)
+}
+
+// Only a short identifier-like code is kept from an error body: RFC 6749 §5.2
+// `error`, or Apigee's `ErrorCode` / `fault.detail.errorcode`.
+const ERROR_CODE = /^[A-Za-z0-9_.-]{1,64}$/
+
+export function oauthErrorCode (text: string): string | undefined {
+  const body = parseJsonObject(text)
+  if (body === undefined) return undefined
+  const fault = body.fault as { detail?: { errorcode?: unknown } } | undefined
+  const candidates = [body.error, body.ErrorCode, fault?.detail?.errorcode]
+  return candidates.find((c): c is string => typeof c === 'string' && ERROR_CODE.test(c))
+}
+
+/** Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date. */
+export function parseRetryAfter (value: string | string[] | undefined, now = Date.now()): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value
+  if (v === undefined) return undefined
+  const trimmed = v.trim()
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000
+  const date = Date.parse(trimmed)
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now)
+}

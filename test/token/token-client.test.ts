@@ -1,0 +1,174 @@
+import { createServer, type IncomingHttpHeaders } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import t, { type Test } from 'tap'
+import {
+  createTokenClient, MAX_TOKEN_LIFETIME_MS, oauthErrorCode, parseExpiresIn, parseRetryAfter, parseTokenResponse,
+  TokenRequestError
+} from '../../src/token/token-client.js'
+import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
+
+const credentials = () => ({ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET })
+
+interface Seen { method: string, url: string, headers: IncomingHttpHeaders, body: string }
+
+/** A token endpoint that records the raw request and answers what the test says. */
+async function rawEndpoint (t: Test, answer: (res: import('node:http').ServerResponse) => void) {
+  const seen: Seen[] = []
+  const server = createServer((req, res) => {
+    let body = ''
+    req.setEncoding('utf8')
+    req.on('data', (c: string) => { body += c })
+    req.on('end', () => {
+      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body })
+      answer(res)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen }
+}
+
+t.test('the request is exactly the contract: POST, no query, form type, raw unencoded body', async (t) => {
+  const endpoint = await rawEndpoint(t, (res) => {
+    res.setHeader('content-type', 'application/json')
+    res.end(JSON.stringify({ access_token: 'abc', token_type: 'bearer', expires_in: 3599 }))
+  })
+  const fetchToken = createTokenClient({ authUrl: endpoint.url + '/', timeoutMs: 2000, credentials })
+  const token = await fetchToken()
+  t.same(token, { accessToken: 'abc', lifetimeMs: 3_599_000 })
+  t.equal(endpoint.seen.length, 1)
+  const [req] = endpoint.seen
+  t.equal(req?.method, 'POST')
+  t.equal(req?.url, '/v1/oauth/accesstoken')
+  t.equal(req?.headers['content-type'], 'application/x-www-form-urlencoded')
+  t.equal(req?.body, 'grant_type=client_credentials&client_id=demo-client&client_secret=Zm9v+YmFy/c2VjcmV0=')
+  t.notMatch(req?.body, '%2B', 'no percent-encoding')
+})
+
+for (const style of ['ti', 'apigee'] as const) {
+  t.test(`the stand-in accepts the request and both answer styles parse (${style})`, async (t) => {
+    const standIn = await startStandIn(t, { style, tokenLifetimeMs: 4000 })
+    const fetchToken = createTokenClient({ authUrl: standIn.url, timeoutMs: 2000, credentials })
+    const token = await fetchToken()
+    t.match(token.accessToken, /^[A-Za-z0-9_-]{28}$/)
+    t.equal(token.lifetimeMs, 3000)
+    t.equal(standIn.tokensIssued(), 1)
+  })
+}
+
+t.test('the stand-in rejects a percent-encoded body, as the gateway would', async (t) => {
+  const standIn = await startStandIn(t)
+  const res = await fetch(standIn.url + '/v1/oauth/accesstoken', {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: CLIENT_ID, client_secret: CLIENT_SECRET }).toString()
+  })
+  t.equal(res.status, 401)
+  t.same(await res.json(), { ErrorCode: 'invalid_client', Error: 'ClientId is Invalid' })
+})
+
+t.test('wrong credentials against the stand-in: rejected, with the OAuth code and no secret', async (t) => {
+  const standIn = await startStandIn(t)
+  const fetchToken = createTokenClient({
+    authUrl: standIn.url, timeoutMs: 2000, credentials: () => ({ clientId: CLIENT_ID, clientSecret: 'wrong-secret' })
+  })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.type(err, TokenRequestError)
+  t.equal(err.outcome, 'rejected')
+  t.equal(err.statusCode, 401)
+  t.equal(err.oauthError, 'invalid_client')
+  t.notMatch(err.message, 'wrong-secret')
+})
+
+t.test('a hanging endpoint times out', async (t) => {
+  const endpoint = await rawEndpoint(t, () => { /* never answers */ })
+  const fetchToken = createTokenClient({ authUrl: endpoint.url, timeoutMs: 100, credentials })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.equal(err.outcome, 'timeout')
+})
+
+t.test('an unreachable endpoint is a network error', async (t) => {
+  const endpoint = await rawEndpoint(t, () => {})
+  const closed = endpoint.url.replace(/:\d+$/, ':1')
+  const fetchToken = createTokenClient({ authUrl: closed, timeoutMs: 1000, credentials })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.equal(err.outcome, 'network_error')
+})
+
+t.test('an oversized answer is not read whole', async (t) => {
+  const endpoint = await rawEndpoint(t, (res) => { res.end('x'.repeat(200_000)) })
+  const fetchToken = createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.equal(err.outcome, 'invalid_response')
+})
+
+t.test('unreadable credentials fail the request before it is sent', async (t) => {
+  const endpoint = await rawEndpoint(t, (res) => { res.end('{}') })
+  const fetchToken = createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials: () => { throw new Error('ENOENT') } })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.equal(err.outcome, 'credentials_unreadable')
+  t.equal(endpoint.seen.length, 0)
+})
+
+const ok = (body: unknown) => JSON.stringify(body)
+const parseCases: Array<[string, number, string, { lifetimeMs: number } | string]> = [
+  ['TI: number expires_in', 200, ok({ access_token: 'a1', token_type: 'bearer', expires_in: 3599 }), { lifetimeMs: 3_599_000 }],
+  ['Apigee: all strings, BearerToken', 200, ok({ access_token: 'a1', token_type: 'BearerToken', expires_in: '3599', issued_at: '1700000000000', scope: '' }), { lifetimeMs: 3_599_000 }],
+  ['Bearer capitalised', 200, ok({ access_token: 'a1', token_type: 'Bearer', expires_in: 60 }), { lifetimeMs: 60_000 }],
+  ['no token_type', 200, ok({ access_token: 'a1', expires_in: 60 }), { lifetimeMs: 60_000 }],
+  ['longer than 60 min is capped', 200, ok({ access_token: 'a1', expires_in: 86_400 }), { lifetimeMs: MAX_TOKEN_LIFETIME_MS }],
+  ['HTML', 200, '<html>maintenance</html>', 'invalid_response'],
+  ['empty', 200, '', 'invalid_response'],
+  ['JSON array', 200, '[]', 'invalid_response'],
+  ['no access_token', 200, ok({ expires_in: 3599 }), 'invalid_response'],
+  ['empty access_token', 200, ok({ access_token: '', expires_in: 3599 }), 'invalid_response'],
+  ['access_token with CR/LF', 200, ok({ access_token: 'a\r\nx-evil: 1', expires_in: 3599 }), 'invalid_response'],
+  ['no expires_in', 200, ok({ access_token: 'a1' }), 'invalid_response'],
+  ['expires_in zero', 200, ok({ access_token: 'a1', expires_in: 0 }), 'invalid_response'],
+  ['expires_in negative', 200, ok({ access_token: 'a1', expires_in: -5 }), 'invalid_response'],
+  ['expires_in not digits', 200, ok({ access_token: 'a1', expires_in: '1h' }), 'invalid_response'],
+  ['token_type mac', 200, ok({ access_token: 'a1', expires_in: 60, token_type: 'mac' }), 'invalid_response'],
+  ['500', 500, 'oops', 'server_error'],
+  ['503', 503, '', 'server_error'],
+  ['429', 429, '', 'rate_limited'],
+  ['401 invalid_client (Apigee)', 401, ok({ ErrorCode: 'invalid_client', Error: 'ClientId is Invalid' }), 'rejected'],
+  ['400 invalid_client (RFC 6749)', 400, ok({ error: 'invalid_client' }), 'rejected'],
+  ['401 without an OAuth body', 401, 'Unauthorized', 'http_error'],
+  ['404', 404, 'not found', 'http_error']
+]
+
+t.test('answers parsed', async (t) => {
+  for (const [name, status, body, expected] of parseCases) {
+    if (typeof expected === 'string') {
+      const err = t.throws(() => parseTokenResponse(status, {}, body), name) as TokenRequestError
+      t.equal(err.outcome, expected, name)
+    } else {
+      t.match(parseTokenResponse(status, {}, body), expected, name)
+    }
+  }
+})
+
+t.test('Retry-After in seconds or as an HTTP date', async (t) => {
+  t.equal(parseRetryAfter('7'), 7000)
+  t.equal(parseRetryAfter(['3', '9']), 3000)
+  t.equal(parseRetryAfter('Thu, 01 Jan 2026 00:00:10 GMT', Date.parse('2026-01-01T00:00:00Z')), 10_000)
+  t.equal(parseRetryAfter('soon'), undefined)
+  t.equal(parseRetryAfter(undefined), undefined)
+  const err = t.throws(() => parseTokenResponse(429, { 'retry-after': '12' }, '')) as TokenRequestError
+  t.equal(err.retryAfterMs, 12_000)
+})
+
+t.test('only an identifier-like OAuth code is kept from an error body', async (t) => {
+  t.equal(oauthErrorCode(ok({ ErrorCode: 'invalid_client' })), 'invalid_client')
+  t.equal(oauthErrorCode(ok({ fault: { detail: { errorcode: 'oauth.v2.InvalidClientIdentifier' } } })), 'oauth.v2.InvalidClientIdentifier')
+  t.equal(oauthErrorCode(ok({ error: 'client_secret=Zm9v is wrong' })), undefined)
+  t.equal(oauthErrorCode('not json'), undefined)
+})
+
+t.test('expires_in forms', async (t) => {
+  t.equal(parseExpiresIn(3599), 3599)
+  t.equal(parseExpiresIn('3599'), 3599)
+  t.equal(parseExpiresIn(1.5), undefined)
+  t.equal(parseExpiresIn('0'), undefined)
+  t.equal(parseExpiresIn(null), undefined)
+})

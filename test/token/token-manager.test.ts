@@ -1,0 +1,253 @@
+import t, { type Test } from 'tap'
+import { createMetrics } from '../../src/metrics.js'
+import { TokenRequestError, type FetchedToken } from '../../src/token/token-client.js'
+import { createTokenManager, REJECTED_RETRY_MS, type TokenManagerOptions } from '../../src/token/token-manager.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+import { captureLogs } from '../helpers/logs.js'
+
+const HOUR = 3_600_000
+
+type Answer = { lifetimeMs: number, latencyMs?: number } | { error: TokenRequestError, latencyMs?: number } | 'hang'
+
+/**
+ * A token endpoint made of promises: each call takes the next scripted answer
+ * (the last one repeats) and resolves after its latency on the fake clock.
+ */
+function scriptedEndpoint (clock: ReturnType<typeof fakeClock>, answers: Answer[]) {
+  let calls = 0
+  const fetchToken = async (): Promise<FetchedToken> => {
+    const answer = answers[Math.min(calls, answers.length - 1)]
+    calls += 1
+    const n = calls
+    if (answer === undefined || answer === 'hang') return await new Promise<never>(() => {})
+    if (answer.latencyMs !== undefined) await new Promise((resolve) => clock.fake.setTimeout(resolve, answer.latencyMs))
+    if ('error' in answer) throw answer.error
+    return { accessToken: `token-${n}`, lifetimeMs: answer.lifetimeMs }
+  }
+  return { fetchToken, calls: () => calls }
+}
+
+function manager (t: Test, answers: Answer[], options: Partial<TokenManagerOptions> = {}) {
+  const clock = fakeClock()
+  const endpoint = scriptedEndpoint(clock, answers)
+  const logs = captureLogs()
+  const tokens = createTokenManager({
+    fetchToken: endpoint.fetchToken,
+    log: logs.log,
+    metrics: createMetrics({ defaultMetrics: false }),
+    refreshMarginMs: 300_000,
+    waitMs: 3000,
+    clock: clock.clock,
+    random: () => 0,
+    ...options
+  })
+  t.teardown(() => { tokens.stop() })
+  return { tokens, clock, endpoint, logs }
+}
+
+const serverError = () => new TokenRequestError('server_error', 'token endpoint failed (500)', { statusCode: 500 })
+
+t.test('1000 concurrent callers on a cold manager cause exactly one token request', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 50 }])
+  const all = Promise.all(Array.from({ length: 1000 }, () => tokens.get()))
+  await clock.tick(50)
+  const got = await all
+  t.equal(endpoint.calls(), 1)
+  t.equal(new Set(got.map((tk) => tk.authorization)).size, 1)
+  t.equal(got[0]?.authorization, 'Bearer token-1')
+})
+
+t.test('the token is refreshed in the background before expiry, with no traffic', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  t.equal(endpoint.calls(), 1)
+  await clock.tick(HOUR - 300_000 - 1)
+  t.equal(endpoint.calls(), 1, 'not before the margin')
+  await clock.tick(1)
+  t.equal(endpoint.calls(), 2, 'refreshed 5 minutes ahead')
+  t.equal(tokens.current()?.authorization, 'Bearer token-2')
+})
+
+t.test('jitter: two pods started together refresh at different times', async (t) => {
+  const a = manager(t, [{ lifetimeMs: HOUR }], { random: () => 0.1 })
+  const b = manager(t, [{ lifetimeMs: HOUR }], { random: () => 0.9 })
+  await a.tokens.start()
+  await b.tokens.start()
+  const refreshedAt = async (m: typeof a) => {
+    for (let s = 0; s < 3600; s++) {
+      await m.clock.tick(1000)
+      if (m.endpoint.calls() === 2) return s
+    }
+    return -1
+  }
+  const sa = await refreshedAt(a)
+  const sb = await refreshedAt(b)
+  t.ok(sa > 0 && sb > 0)
+  t.ok(Math.abs(sa - sb) >= 60, `refreshes ${sa}s and ${sb}s are at least a minute apart`)
+})
+
+t.test('4-second tokens under steady traffic: always a valid token, about one request per lifetime', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: 4000, latencyMs: 20 }], { random: Math.random })
+  await clock.tick(0)
+  const start = tokens.start()
+  await clock.tick(20)
+  await start
+  let served = 0
+  let expiredSent = 0
+  let unavailable = 0
+  for (let elapsed = 0; elapsed < 120_000; elapsed += 25) {
+    await clock.tick(25)
+    const token = tokens.current()
+    if (token === undefined) {
+      unavailable += 1
+      continue
+    }
+    served += 1
+    if (clock.clock.now() >= token.expiresAt) expiredSent += 1
+  }
+  t.equal(expiredSent, 0, 'never an expired token')
+  t.equal(unavailable, 0, 'never without a token')
+  t.ok(served > 4000)
+  const perLifetime = endpoint.calls() / (120_000 / 4000)
+  t.ok(perLifetime >= 1 && perLifetime <= 1.2, `token requests per lifetime: ${perLifetime}`)
+})
+
+t.test('an expired token is never returned; with no new one the caller gets 503 and Retry-After', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: 60_000 }, { error: serverError() }])
+  await tokens.start()
+  const token = tokens.current()
+  t.ok(token)
+  // Past usableUntil, every refresh so far has failed.
+  await clock.tick(59_000)
+  t.equal(tokens.current(), undefined)
+  const err = await tokens.get().catch((e: unknown) => e) as Error & { statusCode: number, code: string, retryAfterSeconds: number }
+  t.equal(err.code, 'TOKEN_UNAVAILABLE')
+  t.equal(err.statusCode, 503)
+  t.ok(err.retryAfterSeconds >= 1 && err.retryAfterSeconds <= 30)
+})
+
+t.test('while a valid token is held, failed refreshes are invisible to callers', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { error: serverError() }, { error: serverError() }, { lifetimeMs: HOUR }])
+  await tokens.start()
+  const first = tokens.current()
+  await clock.tick(HOUR - 300_000)
+  t.equal(endpoint.calls(), 2)
+  t.equal(tokens.current(), first, 'still served after a failed refresh')
+  await clock.tick(60_000)
+  t.ok(endpoint.calls() >= 4, 'retried with backoff')
+  t.equal(tokens.current()?.authorization, 'Bearer token-4')
+})
+
+t.test('callers wait a bounded time for a hanging token request, and cause no requests of their own', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, ['hang'], { waitMs: 2000 })
+  void tokens.start()
+  const results = Array.from({ length: 50 }, () => tokens.get().then(() => 'token', (e: { code: string }) => e.code))
+  await clock.tick(1999)
+  let settled = 0
+  for (const r of results) void r.then(() => { settled += 1 })
+  await clock.tick(0)
+  t.equal(settled, 0, 'still waiting before waitMs')
+  await clock.tick(1)
+  t.same(new Set(await Promise.all(results)), new Set(['TOKEN_UNAVAILABLE']))
+  t.equal(endpoint.calls(), 1)
+})
+
+t.test('during an outage 50 failing callers add no token requests', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ error: serverError() }], { random: () => 1 })
+  await tokens.start()
+  t.equal(endpoint.calls(), 1)
+  const results = await Promise.all(Array.from({ length: 50 }, () => tokens.get().catch((e: { retryAfterSeconds: number }) => e)))
+  t.equal(endpoint.calls(), 1)
+  t.ok(results.every((r) => (r as { retryAfterSeconds: number }).retryAfterSeconds === 1), 'Retry-After: the next attempt, 500 ms away, rounded up')
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 2, 'the scheduled retry')
+})
+
+t.test('a Retry-After from the endpoint is honoured', async (t) => {
+  const limited = new TokenRequestError('rate_limited', 'rate limited', { statusCode: 429, retryAfterMs: 7000 })
+  const { tokens, endpoint, clock } = manager(t, [{ error: limited }, { lifetimeMs: HOUR }], { random: () => 0 })
+  await tokens.start()
+  await clock.tick(6999)
+  t.equal(endpoint.calls(), 1)
+  await clock.tick(1)
+  t.equal(endpoint.calls(), 2)
+  t.ok(tokens.current())
+})
+
+t.test('rejected credentials: one ERROR, slow retries, recovery when fixed', async (t) => {
+  const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
+  const { tokens, endpoint, clock, logs } = manager(t, [{ error: rejected }, { error: rejected }, { error: rejected }, { lifetimeMs: HOUR }])
+  await tokens.start()
+  t.equal(tokens.state().credentialsRejected, true)
+  await clock.tick(REJECTED_RETRY_MS - 1)
+  t.equal(endpoint.calls(), 1, 'no fast retry')
+  await clock.tick(REJECTED_RETRY_MS + 1)
+  t.equal(endpoint.calls(), 3)
+  const errors = logs.entries().filter((e) => e.level === 50)
+  t.equal(errors.length, 1, 'one ERROR line for the incident')
+  t.match(errors[0], { oauthError: 'invalid_client', msg: /rejected the client credentials/ })
+  await clock.tick(REJECTED_RETRY_MS)
+  t.equal(tokens.state().credentialsRejected, false)
+  t.ok(tokens.current())
+})
+
+t.test('invalidate: 20 concurrent 401s on one generation cause one refresh', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 10 }])
+  const start = tokens.start()
+  await clock.tick(10)
+  await start
+  const old = tokens.current()
+  if (old === undefined) throw new Error('no token')
+  const replays = Array.from({ length: 20 }, async () => {
+    if (!tokens.invalidate(old.generation)) return undefined
+    return await tokens.get()
+  })
+  await clock.tick(10)
+  const fresh = await Promise.all(replays)
+  t.equal(endpoint.calls(), 2)
+  t.ok(fresh.every((tk) => tk?.authorization === 'Bearer token-2'))
+})
+
+t.test('invalidate: a stale generation does not drop the current token', async (t) => {
+  const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  const current = tokens.current()
+  t.equal(tokens.invalidate((current?.generation ?? 0) - 1), true)
+  t.equal(tokens.current(), current)
+  t.equal(endpoint.calls(), 1)
+})
+
+t.test('invalidate: forced refreshes are rate-limited', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }], { forcedRefreshIntervalMs: 10_000 })
+  await tokens.start()
+  t.equal(tokens.invalidate(tokens.current()?.generation ?? -1), true)
+  await clock.tick(0)
+  await tokens.get()
+  t.equal(endpoint.calls(), 2)
+  t.equal(tokens.invalidate(tokens.current()?.generation ?? -1), false, 'second forced refresh within the interval refused')
+  t.ok(tokens.current(), 'and the token is kept')
+  t.equal(endpoint.calls(), 2)
+  await clock.tick(10_000)
+  t.equal(tokens.invalidate(tokens.current()?.generation ?? -1), true)
+  await clock.tick(0)
+  t.equal(endpoint.calls(), 3)
+})
+
+t.test('a token that expired before its answer arrived is not used', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: 2000, latencyMs: 2500 }, { lifetimeMs: HOUR }])
+  void tokens.start()
+  await clock.tick(2500)
+  t.equal(tokens.current(), undefined)
+  t.equal(tokens.state().lastFailure, 'invalid_response')
+  await clock.tick(1000)
+  t.equal(endpoint.calls(), 2)
+  t.ok(tokens.current())
+})
+
+t.test('stop cancels the refresh timer', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: 60_000 }])
+  await tokens.start()
+  tokens.stop()
+  await clock.tick(HOUR)
+  t.equal(endpoint.calls(), 1)
+})
