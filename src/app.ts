@@ -1,0 +1,120 @@
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { Logger } from 'pino'
+import { Pool, type Dispatcher } from 'undici'
+import { adminRoutes } from './admin.js'
+import type { Clock } from './clock.js'
+import type { Config } from './config.js'
+import { createMetrics, type Metrics } from './metrics.js'
+import proxy from './proxy.js'
+import { createCredentialReader, type ReadFile } from './token/credentials.js'
+import { createTokenClient } from './token/token-client.js'
+import { createTokenManager, type TokenManager } from './token/token-manager.js'
+
+/** Connections kept to the upstream; requests beyond them queue rather than open more. */
+export const UPSTREAM_CONNECTIONS = 128
+export const UPSTREAM_CONNECT_TIMEOUT_MS = 10_000
+/** While shutting down, how often connections that became idle are closed. */
+export const IDLE_SWEEP_MS = 100
+
+export interface AppDependencies {
+  log: Logger
+  clock?: Clock
+  random?: () => number
+  readFile?: ReadFile
+  /** Dispatcher for token requests (tests); undici's global one otherwise. */
+  tokenDispatcher?: Dispatcher
+  /** Process metrics are off in tests, where many apps share one process. */
+  defaultMetrics?: boolean
+}
+
+export interface App {
+  proxy: FastifyInstance
+  admin: FastifyInstance
+  tokens: TokenManager
+  metrics: Metrics
+  /** Fetches the first token; requests arriving before it wait for it (bounded by TOKEN_WAIT_MS). */
+  start: () => Promise<void>
+  /** Readiness turns 503 from here on; nothing else changes. */
+  drain: () => void
+  /** Stops accepting connections, lets in-flight requests finish, then releases everything. */
+  close: () => Promise<void>
+}
+
+/** Builds the sidecar from a config object. Never listens: main.ts and the tests do. */
+export async function buildApp (config: Config, deps: AppDependencies): Promise<App> {
+  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true } = deps
+  const metrics = createMetrics({ defaultMetrics })
+
+  const fetchToken = createTokenClient({
+    authUrl: config.authUrl,
+    timeoutMs: config.tokenTimeoutMs,
+    credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
+    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher })
+  })
+  const tokens = createTokenManager({
+    fetchToken,
+    log: log.child({ component: 'token' }),
+    metrics,
+    refreshMarginMs: config.tokenRefreshMarginMs,
+    waitMs: config.tokenWaitMs,
+    ...(clock === undefined ? {} : { clock }),
+    ...(random === undefined ? {} : { random })
+  })
+
+  // One keep-alive pool to the upstream origin. TLS is verified (undici's default,
+  // stated here so no option of the proxy library can turn it off).
+  const upstream = new Pool(new URL(config.upstreamUrl).origin, {
+    connections: UPSTREAM_CONNECTIONS,
+    headersTimeout: config.upstreamTimeoutMs,
+    bodyTimeout: config.upstreamTimeoutMs,
+    connect: { rejectUnauthorized: true, timeout: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstreamTimeoutMs) }
+  })
+
+  let draining = false
+
+  const proxyServer = Fastify({
+    loggerInstance: log.child({ listener: 'proxy' }) as FastifyBaseLogger,
+    // Fastify's own per-request lines are off; proxy.ts writes one access line when ACCESS_LOG is on.
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+    forceCloseConnections: 'idle'
+  })
+  await proxyServer.register(proxy, {
+    upstreamUrl: config.upstreamUrl,
+    tokens,
+    metrics,
+    dispatcher: upstream,
+    accessLog: config.accessLog
+  })
+
+  const admin = Fastify({
+    loggerInstance: log.child({ listener: 'admin' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true })
+  })
+  await admin.register(adminRoutes, { tokens, metrics, isDraining: () => draining })
+
+  return {
+    proxy: proxyServer,
+    admin,
+    tokens,
+    metrics,
+    start: () => tokens.start(),
+    drain: () => { draining = true },
+    async close () {
+      draining = true
+      // server.close() closes the connections idle at that moment; keep-alive
+      // connections of requests still in flight become idle only later, and would
+      // hold the process open until the caller's keep-alive timeout.
+      let sweep: NodeJS.Timeout | undefined
+      const closeIdle = (): void => {
+        proxyServer.server.closeIdleConnections()
+        sweep = setTimeout(closeIdle, IDLE_SWEEP_MS).unref()
+      }
+      closeIdle()
+      await proxyServer.close().finally(() => { clearTimeout(sweep) })
+      tokens.stop()
+      await upstream.close()
+      await admin.close()
+    }
+  }
+}

@@ -1,0 +1,44 @@
+import createError from '@fastify/error'
+
+// Every answer the sidecar itself produces on the proxy port, each with a stable
+// code. The body is always {"error": code, "message": text}; see proxy.ts.
+
+export const TokenUnavailableError = createError(
+  'TOKEN_UNAVAILABLE', 'no valid access token is available; retry later', 503)
+
+export const UpstreamUnreachableError = createError(
+  'UPSTREAM_UNREACHABLE', 'the upstream could not be reached', 502)
+
+export const UpstreamTimeoutError = createError(
+  'UPSTREAM_TIMEOUT', 'the upstream did not answer in time', 504)
+
+export const UpstreamBadResponseError = createError(
+  'UPSTREAM_BAD_RESPONSE', 'the upstream sent an invalid response', 502)
+
+export const BadRequestError = createError(
+  'BAD_REQUEST', '%s', 400)
+
+export const MethodNotAllowedError = createError(
+  'METHOD_NOT_ALLOWED', 'the %s method is not forwarded', 405)
+
+export const ShuttingDownError = createError(
+  'SHUTTING_DOWN', 'the sidecar is shutting down', 503)
+
+export const InternalError = createError(
+  'INTERNAL_ERROR', 'the sidecar failed to handle the request', 500)
+
+const OWN_ERRORS = [
+  TokenUnavailableError, UpstreamUnreachableError, UpstreamTimeoutError, UpstreamBadResponseError,
+  BadRequestError, MethodNotAllowedError, ShuttingDownError, InternalError
+]
+
+/** Whether an error is one of the answers above (its message is safe to show the caller). */
+export function isOwnError (error: unknown): boolean {
+  return OWN_ERRORS.some((E) => error instanceof E)
+}
+
+/** The shape every sidecar-made error answer has. */
+export interface ErrorBody {
+  error: string
+  message: string
+}

@@ -1,0 +1,62 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+
+// Every metric the sidecar exports, named in one place. Names follow the
+// Prometheus conventions: one prefix, base units (seconds), `_total` counters.
+export const METRIC_PREFIX = 'store_auth_proxy_'
+
+const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
+
+/** Label values come from a fixed set so a client cannot blow up the series count. */
+export function methodLabel (method: string): string {
+  return KNOWN_METHODS.has(method) ? method : 'OTHER'
+}
+
+const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx']
+
+export function statusClass (statusCode: number): string {
+  return STATUS_CLASSES[Math.floor(statusCode / 100) - 1] ?? 'other'
+}
+
+export function createMetrics ({ defaultMetrics = true } = {}) {
+  const registry = new Registry()
+  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX })
+
+  const tokenRequests = new Counter({
+    name: `${METRIC_PREFIX}token_requests_total`,
+    help: 'Requests to the OAuth token endpoint, by outcome.',
+    labelNames: ['outcome'] as const,
+    registers: [registry]
+  })
+  const tokenRequestDuration = new Histogram({
+    name: `${METRIC_PREFIX}token_request_duration_seconds`,
+    help: 'Duration of requests to the OAuth token endpoint.',
+    buckets: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry]
+  })
+  const tokenExpiry = new Gauge({
+    name: `${METRIC_PREFIX}token_expiry_timestamp_seconds`,
+    help: 'Unix time at which the current access token expires (0 when none is held).',
+    registers: [registry]
+  })
+  const requests = new Counter({
+    name: `${METRIC_PREFIX}requests_total`,
+    help: 'Proxied requests, by method and status class of the answer.',
+    labelNames: ['method', 'status_class'] as const,
+    registers: [registry]
+  })
+  const requestDuration = new Histogram({
+    name: `${METRIC_PREFIX}request_duration_seconds`,
+    help: 'Duration of proxied requests, from arrival to the end of the answer.',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry]
+  })
+  const requestsInFlight = new Gauge({
+    name: `${METRIC_PREFIX}requests_in_flight`,
+    help: 'Proxied requests currently being handled.',
+    registers: [registry]
+  })
+
+  return { registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight }
+}
+
+export type Metrics = ReturnType<typeof createMetrics>

@@ -1,0 +1,49 @@
+import type { AddressInfo } from 'node:net'
+import type { Test } from 'tap'
+import { buildApp, type App, type AppDependencies } from '../../src/app.js'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, loadConfig } from '../../src/config.js'
+import { createStandIn, type StandIn, type StandInOptions } from '../../src/demo/stand-in.js'
+import { captureLogs } from './logs.js'
+
+export const CLIENT_ID = DEMO_CLIENT_ID
+/** `+`, `/` and `=`: what percent-encoding would change. */
+export const CLIENT_SECRET = DEMO_CLIENT_SECRET
+
+export function urlOf (server: { server: { address: () => unknown } }): string {
+  const { port } = server.server.address() as AddressInfo
+  return `http://127.0.0.1:${port}`
+}
+
+/** The stand-in TI APIs on port 0, closed at teardown. */
+export async function startStandIn (t: Test, options: Partial<StandInOptions> = {}): Promise<StandIn & { url: string }> {
+  const standIn = createStandIn({ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET, ...options })
+  await standIn.app.listen({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => standIn.app.close())
+  return { ...standIn, url: urlOf(standIn.app) }
+}
+
+export interface Built {
+  app: App
+  proxyUrl: string
+  adminUrl: string
+  logs: ReturnType<typeof captureLogs>
+}
+
+/**
+ * The sidecar, built from environment-style settings exactly as main.ts does,
+ * listening on port 0 on both listeners, with its logs captured.
+ */
+export async function build (
+  t: Test, env: Record<string, string>, deps: Partial<AppDependencies> = {}, { start = true } = {}
+): Promise<Built> {
+  const logs = captureLogs()
+  const config = loadConfig({
+    CLIENT_ID, CLIENT_SECRET, PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1', ...env
+  })
+  const app = await buildApp(config, { log: logs.log, defaultMetrics: false, ...deps })
+  t.teardown(() => app.close())
+  await app.proxy.listen({ host: '127.0.0.1', port: 0 })
+  await app.admin.listen({ host: '127.0.0.1', port: 0 })
+  if (start) await app.start()
+  return { app, proxyUrl: urlOf(app.proxy), adminUrl: urlOf(app.admin), logs }
+}
