@@ -13,6 +13,8 @@ import { createTokenManager, type TokenManager } from './token/token-manager.js'
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
 export const UPSTREAM_CONNECT_TIMEOUT_MS = 10_000
+/** How often the proxy listener checks its callers' header and request timeouts. */
+export const CONNECTIONS_CHECK_MS = 2_000
 /** While shutting down, how often connections that became idle are closed. */
 export const IDLE_SWEEP_MS = 100
 
@@ -77,14 +79,26 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     // Fastify's own per-request lines are off; proxy.ts writes one access line when ACCESS_LOG is on.
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
-    forceCloseConnections: 'idle'
+    forceCloseConnections: 'idle',
+    // Limits on what callers may send (see config.ts): oversized heads get 431,
+    // slow heads and bodies are cut off, idle connections closed.
+    http: {
+      maxHeaderSize: config.maxHeaderBytes,
+      headersTimeout: config.headersTimeoutMs,
+      // Node checks those timeouts every 30 s by default; check often enough to honour them.
+      connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, config.headersTimeoutMs)
+    },
+    requestTimeout: config.requestTimeoutMs,
+    keepAliveTimeout: config.keepAliveTimeoutMs,
+    connectionTimeout: config.idleTimeoutMs
   })
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
     dispatcher: upstream,
-    accessLog: config.accessLog
+    accessLog: config.accessLog,
+    maxBodyBytes: config.maxBodyBytes
   })
 
   const admin = Fastify({

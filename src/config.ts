@@ -10,6 +10,11 @@ export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
 export const DEFAULT_TOKEN_REFRESH_MARGIN_MS = 5 * 60_000
 export const DEFAULT_TOKEN_WAIT_MS = 3_000
 export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
+export const DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000
+export const DEFAULT_REQUEST_TIMEOUT_MS = 300_000
+export const DEFAULT_KEEP_ALIVE_TIMEOUT_MS = 72_000
+export const DEFAULT_IDLE_TIMEOUT_MS = 120_000
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
@@ -36,6 +41,12 @@ const schema = {
     TOKEN_WAIT_MS: durationMs(DEFAULT_TOKEN_WAIT_MS, 0),
     SHUTDOWN_GRACE_MS: durationMs(DEFAULT_SHUTDOWN_GRACE_MS),
     SHUTDOWN_DELAY_MS: durationMs(0, 0),
+    MAX_HEADER_BYTES: { type: 'integer', minimum: 1024, maximum: 1024 * 1024, default: DEFAULT_MAX_HEADER_BYTES },
+    MAX_BODY_BYTES: { type: 'integer', minimum: 0, default: 0 },
+    HEADERS_TIMEOUT_MS: durationMs(DEFAULT_HEADERS_TIMEOUT_MS),
+    REQUEST_TIMEOUT_MS: durationMs(DEFAULT_REQUEST_TIMEOUT_MS),
+    KEEP_ALIVE_TIMEOUT_MS: durationMs(DEFAULT_KEEP_ALIVE_TIMEOUT_MS),
+    IDLE_TIMEOUT_MS: durationMs(DEFAULT_IDLE_TIMEOUT_MS),
     ACCESS_LOG: { type: 'boolean', default: false },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
   }
@@ -58,6 +69,12 @@ interface RawEnv {
   TOKEN_WAIT_MS: number
   SHUTDOWN_GRACE_MS: number
   SHUTDOWN_DELAY_MS: number
+  MAX_HEADER_BYTES: number
+  MAX_BODY_BYTES: number
+  HEADERS_TIMEOUT_MS: number
+  REQUEST_TIMEOUT_MS: number
+  KEEP_ALIVE_TIMEOUT_MS: number
+  IDLE_TIMEOUT_MS: number
   ACCESS_LOG: boolean
   LOG_LEVEL: LogLevel
 }
@@ -80,6 +97,18 @@ export interface Config {
   readonly tokenWaitMs: number
   readonly shutdownGraceMs: number
   readonly shutdownDelayMs: number
+  /** Largest request head (request line and headers) accepted; larger answers 431. */
+  readonly maxHeaderBytes: number
+  /** Largest request body forwarded; 0 for no limit. Larger answers 413. */
+  readonly maxBodyBytes: number
+  /** A caller must send the whole request head within this (slowloris). */
+  readonly headersTimeoutMs: number
+  /** A caller must send the whole request, body included, within this. */
+  readonly requestTimeoutMs: number
+  /** An idle keep-alive connection from a caller is closed after this. */
+  readonly keepAliveTimeoutMs: number
+  /** A connection with no traffic either way for this long is closed (a caller that stopped reading). */
+  readonly idleTimeoutMs: number
   readonly accessLog: boolean
   readonly logLevel: LogLevel
 }
@@ -104,9 +133,11 @@ const defaultReadFile: ReadFile = (path) => readFileSync(path, 'utf8')
 export function loadConfig (env: Record<string, string | undefined>, readFile: ReadFile = defaultReadFile): Config {
   const problems: string[] = []
   let raw: RawEnv
+  let typed = true
   try {
     raw = envSchema<RawEnv>({ schema: structuredClone(schema) as object, data: { ...env }, env: false, dotenv: false })
   } catch (err) {
+    typed = false
     problems.push(...schemaProblems(err))
     // Keep checking what can be checked so that one run names every problem.
     raw = { ...env } as unknown as RawEnv
@@ -116,6 +147,14 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
   const upstreamUrl = checkUrl('UPSTREAM_URL', raw.UPSTREAM_URL, problems)
   const clientId = checkCredential('CLIENT_ID', raw.CLIENT_ID, raw.CLIENT_ID_FILE, readFile, problems)
   const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
+
+  if (typed && raw.HEADERS_TIMEOUT_MS > raw.REQUEST_TIMEOUT_MS) {
+    problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
+  }
+  if (typed && raw.IDLE_TIMEOUT_MS <= raw.UPSTREAM_TIMEOUT_MS) {
+    // Waiting for a slow upstream leaves the caller's connection idle too.
+    problems.push('IDLE_TIMEOUT_MS: must exceed UPSTREAM_TIMEOUT_MS')
+  }
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined) {
@@ -137,6 +176,12 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     tokenWaitMs: raw.TOKEN_WAIT_MS,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
     shutdownDelayMs: raw.SHUTDOWN_DELAY_MS,
+    maxHeaderBytes: raw.MAX_HEADER_BYTES,
+    maxBodyBytes: raw.MAX_BODY_BYTES,
+    headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
+    requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
+    keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
+    idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
     accessLog: raw.ACCESS_LOG,
     logLevel: raw.LOG_LEVEL
   })

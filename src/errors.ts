@@ -21,6 +21,9 @@ export const BadRequestError = createError(
 export const MethodNotAllowedError = createError(
   'METHOD_NOT_ALLOWED', 'the %s method is not forwarded', 405)
 
+export const BodyTooLargeError = createError(
+  'BODY_TOO_LARGE', 'the request body exceeds %d bytes', 413)
+
 export const ShuttingDownError = createError(
   'SHUTTING_DOWN', 'the sidecar is shutting down', 503)
 
@@ -29,7 +32,7 @@ export const InternalError = createError(
 
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamTimeoutError, UpstreamBadResponseError,
-  BadRequestError, MethodNotAllowedError, ShuttingDownError, InternalError
+  BadRequestError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, InternalError
 ]
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */

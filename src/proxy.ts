@@ -1,9 +1,10 @@
+import { Transform, type Readable } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
 import type { Dispatcher } from 'undici'
 import {
-  BadRequestError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamTimeoutError,
+  BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamTimeoutError,
   UpstreamUnreachableError, type ErrorBody
 } from './errors.js'
 import { callerResponseHeaders, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
@@ -14,8 +15,21 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The token this request is forwarded with; set by the preHandler before any forwarding. */
     token: Token | null
+    /** A small body kept whole, so the request can be replayed once after a 401. */
+    replayBody: Buffer | null
+    /** The upstream path http-proxy resolved, for the replay. */
+    upstreamPath: string | null
+    /** Whether this request was already replayed with a fresh token. */
+    replayed: boolean
   }
 }
+
+/**
+ * Bodies up to this size are read whole before forwarding so that a request
+ * rejected with 401 (a token revoked early) can be replayed once with a new token.
+ * Larger bodies stream through and a 401 goes back to the caller.
+ */
+export const REPLAY_BODY_MAX_BYTES = 64 * 1024
 
 /** The REST methods forwarded; TRACE is refused because the upstream would echo the injected token back. */
 export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT']
@@ -27,12 +41,17 @@ export interface ProxyOptions {
   /** The undici pool to the upstream, owned by the caller (TLS verification and timeouts are set there). */
   dispatcher: Dispatcher
   accessLog: boolean
+  /** 0 for no limit. */
+  maxBodyBytes: number
 }
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, dispatcher, accessLog } = options
+  const { upstreamUrl, tokens, metrics, dispatcher, accessLog, maxBodyBytes } = options
 
   app.decorateRequest('token', null)
+  app.decorateRequest('replayBody', null)
+  app.decorateRequest('upstreamPath', null)
+  app.decorateRequest('replayed', false)
   app.setErrorHandler(errorHandler)
   app.setNotFoundHandler((request, reply) => {
     sendError(reply, new MethodNotAllowedError(methodLabel(request.method)))
@@ -72,7 +91,31 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     handler: (request, reply) => { sendError(reply, new MethodNotAllowedError(request.method)) }
   })
 
-  function acquireToken (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
+  /** preHandler: check the body size, keep a small body for a replay, and get the token. */
+  function prepare (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
+    const body = request.body as Readable | undefined
+    if (body === undefined) {
+      acquireToken(request, done)
+      return
+    }
+    const length = contentLength(request)
+    if (maxBodyBytes > 0 && length !== undefined && length > maxBodyBytes) {
+      done(new BodyTooLargeError(maxBodyBytes))
+      return
+    }
+    if (length !== undefined && length <= REPLAY_BODY_MAX_BYTES) {
+      readWhole(body).then((buffer) => {
+        request.replayBody = buffer
+        acquireToken(request, done)
+      }, done)
+      return
+    }
+    // A chunked body has no length to check up front: count it as it streams.
+    if (maxBodyBytes > 0 && length === undefined) request.body = body.pipe(limitBytes(maxBodyBytes))
+    acquireToken(request, done)
+  }
+
+  function acquireToken (request: FastifyRequest, done: HookHandlerDoneFunction): void {
     const token = tokens.current()
     if (token !== undefined) {
       request.token = token
@@ -85,6 +128,42 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, done)
   }
 
+  // http-proxy's reply options (with its own header sanitising); the replay reuses them.
+  let forwardOptions: object = {}
+
+  function forward (request: FastifyRequest, reply: FastifyReply): void {
+    const body = request.replayBody
+    reply.from(request.upstreamPath ?? '/', body === null
+      ? forwardOptions
+      // reply-from sends a non-stream body only when given with a content type; a body the
+      // caller sent without one gets its content type removed again in rewriteRequestHeaders.
+      : { ...forwardOptions, body, contentType: request.headers['content-type'] ?? 'application/octet-stream' })
+  }
+
+  /**
+   * A 401 to a request that carried the current token means it was revoked early:
+   * invalidate it (once, whatever the concurrency: the generation check), fetch a
+   * new one single-flight, and replay the request once, if its body was kept.
+   */
+  function onUpstreamResponse (request: FastifyRequest, reply: FastifyReply, res: { statusCode: number, stream: Readable }): void {
+    const token = request.token
+    const replayable = res.statusCode === 401 && !request.replayed && token !== null &&
+      (request.body === undefined || request.replayBody !== null)
+    if (!replayable || !tokens.invalidate(token.generation)) {
+      reply.send(res.stream)
+      return
+    }
+    res.stream.resume()
+    request.replayed = true
+    tokens.get().then((fresh) => {
+      request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
+      request.token = fresh
+      // The 401's headers were already copied onto the reply.
+      for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+      forward(request, reply)
+    }, (err: FastifyError) => { sendError(reply, err) })
+  }
+
   await app.register(httpProxy, {
     upstream: upstreamUrl,
     undici: dispatcher as never,
@@ -92,22 +171,56 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     disableRequestLogging: true,
     // Location headers pass through untouched: upstream status codes and end-to-end headers are the caller's.
     internalRewriteLocationHeader: false,
-    preHandler: acquireToken,
+    preHandler: prepare,
+    handler: (request, reply, dest, options) => {
+      request.upstreamPath = dest
+      forwardOptions = options
+      forward(request, reply)
+    },
     replyOptions: {
       // rewriteRequestHeaders is synchronous: the token was acquired in preHandler.
-      rewriteRequestHeaders: (request, headers) =>
-        upstreamRequestHeaders(headers, (request as FastifyRequest).token?.authorization ?? ''),
+      rewriteRequestHeaders: (request, headers) => {
+        const req = request as FastifyRequest
+        if (req.replayBody !== null && req.headers['content-type'] === undefined) delete headers['content-type']
+        return upstreamRequestHeaders(headers, req.token?.authorization ?? '')
+      },
       rewriteHeaders: (headers) => callerResponseHeaders(headers),
       // reply-from retries idempotent requests on its own by default (even on 503);
-      // the sidecar never repeats a request the caller sent once.
+      // the sidecar never repeats a request the caller sent once, but for the 401 replay.
       retryDelay: () => null,
+      onResponse: (request, reply, res) => { onUpstreamResponse(request as FastifyRequest, reply as FastifyReply, res as never) },
       onError: (reply, { error }) => { sendError(reply as FastifyReply, upstreamError(error)) }
+    }
+  })
+}
+
+function contentLength (request: FastifyRequest): number | undefined {
+  const value = request.headers['content-length']
+  return value === undefined ? undefined : Number(value)
+}
+
+async function readWhole (stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  for await (const chunk of stream) chunks.push(chunk as Buffer)
+  return Buffer.concat(chunks)
+}
+
+/** Passes a stream through, failing it with BODY_TOO_LARGE past `max` bytes. */
+function limitBytes (max: number): Transform {
+  let seen = 0
+  return new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      seen += chunk.length
+      callback(seen > max ? new BodyTooLargeError(max) : null, chunk)
     }
   })
 }
 
 /** Maps a reply-from failure to the sidecar's own error, so no internal address or stack reaches the caller. */
 function upstreamError (error: FastifyError | Error): FastifyError {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e instanceof BodyTooLargeError) return e
+  }
   const code = (error as FastifyError).code
   switch (code) {
     case 'FST_REPLY_FROM_GATEWAY_TIMEOUT':

@@ -32,6 +32,12 @@ t.test('defaults: loopback proxy, admin on all interfaces, documented timeouts',
     tokenWaitMs: 3000,
     shutdownGraceMs: 10_000,
     shutdownDelayMs: 0,
+    maxHeaderBytes: 16384,
+    maxBodyBytes: 0,
+    headersTimeoutMs: 10_000,
+    requestTimeoutMs: 300_000,
+    keepAliveTimeoutMs: 72_000,
+    idleTimeoutMs: 120_000,
     accessLog: false,
     logLevel: 'info'
   })
@@ -68,6 +74,9 @@ const cases: Array<[string, Record<string, string | undefined>, RegExp[]]> = [
   ['unreadable secret file', { ...base, CLIENT_SECRET: undefined, CLIENT_SECRET_FILE: '/nope' }, [/^CLIENT_SECRET_FILE: cannot read \/nope \(ENOENT\)/]],
   ['secret with &', { ...base, CLIENT_SECRET: 'a&b' }, [/^CLIENT_SECRET: contains whitespace or '&'/]],
   ['id with a space', { ...base, CLIENT_ID: 'a b' }, [/^CLIENT_ID: contains whitespace/]],
+  ['headers timeout over the request timeout', { ...base, HEADERS_TIMEOUT_MS: '20000', REQUEST_TIMEOUT_MS: '10000' }, [/^HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS/]],
+  ['idle timeout not over the upstream timeout', { ...base, IDLE_TIMEOUT_MS: '30000' }, [/^IDLE_TIMEOUT_MS: must exceed UPSTREAM_TIMEOUT_MS/]],
+  ['header limit too small', { ...base, MAX_HEADER_BYTES: '100' }, [/^MAX_HEADER_BYTES: must be >= 1024/]],
   ['many at once', { AUTH_URL: 'nope', PORT: '-1', CLIENT_ID: 'x', CLIENT_SECRET: 'y' }, [/^PORT: must be >= 0/, /^AUTH_URL: is not a valid URL/, /^UPSTREAM_URL: is required/]]
 ]
 

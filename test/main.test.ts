@@ -30,18 +30,22 @@ t.test('check-config validates and exits 0 without printing credentials', async 
   t.notMatch(running.stdout(), CLIENT_SECRET)
 })
 
-t.test('SIGTERM: not ready at once, in-flight requests finish, new connections refused, exit 0', async (t) => {
+t.test('SIGTERM with 200 requests in flight: not ready at once, new connections refused, all 200 complete, exit 0', async (t) => {
   const standIn = await startStandIn(t)
   let release: () => void = () => {}
   const held = new Promise<void>((resolve) => { release = resolve })
   const upstream = await startUpstream(t, (_req, res) => { void held.then(() => res.end('finished')) })
-  const { running, adminUrl, proxyUrl } = await started(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, SHUTDOWN_GRACE_MS: '5000' })
+  const { running, adminUrl, proxyUrl } = await started(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, SHUTDOWN_GRACE_MS: '10000' })
 
-  const inflight = Promise.all(Array.from({ length: 20 }, async () => {
+  const inflight = Promise.all(Array.from({ length: 200 }, async () => {
     const res = await request(proxyUrl + '/slow')
     return { status: res.statusCode, body: await res.body.text() }
   }))
-  while (upstream.received.length < 20) await new Promise((resolve) => setTimeout(resolve, 10))
+  const inFlight = async () => {
+    const text = await (await request(adminUrl + '/metrics')).body.text()
+    return Number(/^store_auth_proxy_requests_in_flight (\d+)/m.exec(text)?.[1])
+  }
+  while (await inFlight() < 200) await new Promise((resolve) => setTimeout(resolve, 20))
 
   running.child.kill('SIGTERM')
   await running.waitFor(/shutting down/)
@@ -54,7 +58,8 @@ t.test('SIGTERM: not ready at once, in-flight requests finish, new connections r
 
   release()
   const results = await inflight
-  t.same(new Set(results.map((r) => `${r.status} ${r.body}`)), new Set(['200 finished']))
+  t.equal(results.length, 200)
+  t.same(new Set(results.map((r) => `${r.status} ${r.body}`)), new Set(['200 finished']), 'every in-flight request completed')
   t.equal(await running.exited, 0)
 })
 

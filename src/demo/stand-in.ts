@@ -19,6 +19,8 @@ export interface StandInOptions {
   style?: 'ti' | 'apigee'
   now?: () => number
   logger?: Logger
+  /** Serve HTTPS with this key and certificate (tests of TLS verification). */
+  tls?: { key: string, cert: string }
 }
 
 export const DEFAULT_TOKEN_LIFETIME_MS = 60 * 60_000
@@ -37,22 +39,25 @@ export interface StandIn {
   tokensIssued: () => number
   /** Invalidates every token issued so far, as a revocation at the gateway would. */
   revokeAll: () => void
+  /** Accepts only this secret from now on, as a secret rotation at the gateway would. */
+  setClientSecret: (secret: string) => void
 }
 
 export function createStandIn (options: StandInOptions): StandIn {
   const {
     clientId, clientSecret, tokenLifetimeMs = DEFAULT_TOKEN_LIFETIME_MS, style = 'ti',
-    now = Date.now, logger
+    now = Date.now, logger, tls
   } = options
-  const expectedBody = `grant_type=client_credentials&client_id=${clientId}&client_secret=${clientSecret}`
+  let expectedBody = `grant_type=client_credentials&client_id=${clientId}&client_secret=${clientSecret}`
   const tokens = new Map<string, number>()
   const orders = new Map<string, unknown>()
   let issued = 0
 
-  const app: FastifyInstance = Fastify({
+  const app = Fastify({
+    ...(tls === undefined ? {} : { https: tls }),
     ...(logger === undefined ? {} : { loggerInstance: logger as FastifyBaseLogger }),
     logController: new LogController({ disableRequestLogging: true })
-  })
+  }) as unknown as FastifyInstance
 
   // The token endpoint reads the body as the raw string the client sent.
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: 4096 },
@@ -144,6 +149,9 @@ export function createStandIn (options: StandInOptions): StandIn {
   return {
     app,
     tokensIssued: () => issued,
-    revokeAll: () => { tokens.clear() }
+    revokeAll: () => { tokens.clear() },
+    setClientSecret: (secret) => {
+      expectedBody = `grant_type=client_credentials&client_id=${clientId}&client_secret=${secret}`
+    }
   }
 }

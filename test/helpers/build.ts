@@ -19,7 +19,8 @@ export async function startStandIn (t: Test, options: Partial<StandInOptions> = 
   const standIn = createStandIn({ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET, ...options })
   await standIn.app.listen({ host: '127.0.0.1', port: 0 })
   t.teardown(() => standIn.app.close())
-  return { ...standIn, url: urlOf(standIn.app) }
+  const url = urlOf(standIn.app)
+  return { ...standIn, url: options.tls === undefined ? url : url.replace('http:', 'https:') }
 }
 
 export interface Built {

@@ -1,0 +1,117 @@
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { REJECTED_RETRY_MS } from '../../src/token/token-manager.js'
+import { build, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+import { startFaultyTokenEndpoint, type Fault } from '../helpers/faulty-token-endpoint.js'
+
+// Small random draws keep the real-time backoff short: 5 ms, 10 ms, 20 ms, ... capped at 300 ms.
+const quickBackoff = () => 0.01
+
+async function setup (t: Test, fault: Fault, env: Record<string, string> = {}, deps = {}) {
+  const standIn = await startStandIn(t)
+  const endpoint = await startFaultyTokenEndpoint(t, standIn.url)
+  endpoint.setFault(fault)
+  const built = await build(t, { AUTH_URL: endpoint.url, UPSTREAM_URL: standIn.url, TOKEN_WAIT_MS: '300', ...env },
+    { random: quickBackoff, ...deps }, { start: false })
+  void built.app.start()
+  return { ...built, standIn, endpoint }
+}
+
+async function get (url: string) {
+  const started = Date.now()
+  const res = await request(url)
+  const body = await res.body.text()
+  return { status: res.statusCode, retryAfter: res.headers['retry-after'], body, ms: Date.now() - started }
+}
+
+async function until (check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time')
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+for (const fault of ['error500', 'garbage', 'hang'] as const) {
+  t.test(`token endpoint ${fault}: fast 503s, few token requests, recovery on the next attempt`, async (t) => {
+    const { proxyUrl, adminUrl, endpoint, logs } = await setup(t, fault, { TOKEN_TIMEOUT_MS: '150' })
+    await until(() => endpoint.requests() >= 2)
+
+    const before = endpoint.requests()
+    const answers = await Promise.all(Array.from({ length: 50 }, async () => await get(proxyUrl + '/v2/store/products/LM358BIDR')))
+    t.ok(answers.every((a) => a.status === 503 && /^\d+$/.test(String(a.retryAfter))), '50 callers get 503 with Retry-After')
+    t.ok(answers.every((a) => a.ms < 1500), 'quickly')
+    t.same(JSON.parse(answers[0]?.body ?? '{}'), { error: 'TOKEN_UNAVAILABLE', message: 'no valid access token is available; retry later' })
+    t.ok(endpoint.requests() - before <= 5, `the callers added ${endpoint.requests() - before} token requests`)
+
+    const notReady = await request(adminUrl + '/readyz')
+    t.equal(notReady.statusCode, 503)
+    await notReady.body.dump()
+
+    endpoint.setFault('ok')
+    await until(async () => (await get(adminUrl + '/readyz')).status === 200)
+    t.equal((await get(proxyUrl + '/v2/store/products/LM358BIDR')).status, 200)
+    t.notMatch(logs.text(), CLIENT_SECRET)
+  })
+}
+
+t.test('while a valid token is held, an outage is invisible to callers', async (t) => {
+  const { proxyUrl, endpoint, app } = await setup(t, 'ok')
+  await until(() => app.tokens.current() !== undefined)
+  endpoint.setFault('error500')
+  const generation = app.tokens.current()?.generation ?? -1
+  // Force refresh attempts during the outage.
+  for (let i = 0; i < 3; i++) await app.tokens.start()
+  t.equal(app.tokens.current()?.generation, generation, 'the held token is still served')
+  const answers = await Promise.all(Array.from({ length: 20 }, async () => await get(proxyUrl + '/v2/store/products/LM358BIDR')))
+  t.ok(answers.every((a) => a.status === 200))
+})
+
+t.test('429 with Retry-After: the next attempt waits the seconds it says', async (t) => {
+  const { endpoint, app } = await setup(t, 'rate_limited')
+  await until(() => endpoint.requests() >= 1)
+  endpoint.setFault('ok')
+  await until(() => app.tokens.current() !== undefined, 6000)
+  const [first, second] = endpoint.arrivals
+  t.equal(first?.fault, 'rate_limited')
+  t.ok((second?.at ?? 0) - (first?.at ?? 0) >= 1950, `retried after ${(second?.at ?? 0) - (first?.at ?? 0)} ms (Retry-After: 2)`)
+})
+
+t.test('401 invalid_client: one ERROR with the code, not ready, slow retries, no crash, ready once fixed', async (t) => {
+  const clock = fakeClock(Date.now())
+  const { adminUrl, endpoint, logs } = await setup(t, 'invalid_client', {}, { clock: clock.clock })
+  await until(() => endpoint.requests() === 1)
+  await until(() => logs.entries().some((e) => e.level === 50))
+  const ready = await request(adminUrl + '/readyz')
+  t.equal(ready.statusCode, 503)
+  t.match(await ready.body.json(), { reason: 'client credentials rejected by the token endpoint' })
+
+  await clock.tick(REJECTED_RETRY_MS - 1000)
+  t.equal(endpoint.requests(), 1, 'no fast retries')
+  await clock.tick(1000)
+  await until(() => endpoint.requests() === 2)
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  const errors = logs.entries().filter((e) => e.level === 50)
+  t.equal(errors.length, 1, 'one ERROR for the incident')
+  t.match(errors[0], { oauthError: 'invalid_client', statusCode: 401, msg: /rejected the client credentials/ })
+  t.notMatch(logs.text(), CLIENT_SECRET)
+
+  endpoint.setFault('ok')
+  await clock.tick(REJECTED_RETRY_MS)
+  await until(async () => (await get(adminUrl + '/readyz')).status === 200)
+})
+
+t.test('the same token returned twice after a revocation: passed back as 401, no loop', async (t) => {
+  const { proxyUrl, endpoint, app, standIn } = await setup(t, 'ok')
+  await until(() => app.tokens.current() !== undefined)
+  endpoint.setFault('same_token')
+  standIn.revokeAll()
+  const answer = await get(proxyUrl + '/v2/store/products/LM358BIDR')
+  t.equal(answer.status, 401, 'the replay with the same (revoked) token fails, and that 401 goes back')
+  t.match(JSON.parse(answer.body), { fault: { faultstring: 'Access Token expired' } })
+  t.equal(endpoint.requests(), 2, 'one forced refresh')
+  const again = await Promise.all(Array.from({ length: 10 }, async () => await get(proxyUrl + '/v2/store/products/LM358BIDR')))
+  t.ok(again.every((a) => a.status === 401))
+  t.equal(endpoint.requests(), 2, 'forced refreshes are rate-limited')
+})

@@ -1,0 +1,75 @@
+import { request as httpRequest } from 'node:http'
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { build, startStandIn } from '../helpers/build.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+async function sidecar (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
+  const standIn = await startStandIn(t)
+  return await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstreamUrl, ...env })
+}
+
+/** What a plain HTTP client sees: the status, the bytes, and whether the body ended cleanly. */
+async function fetchRaw (url: string): Promise<{ status: number, bytes: number, complete: boolean }> {
+  return await new Promise((resolve) => {
+    const req = httpRequest(url, (res) => {
+      let bytes = 0
+      res.on('data', (c: Buffer) => { bytes += c.length })
+      res.on('end', () => { resolve({ status: res.statusCode ?? 0, bytes, complete: res.complete }) })
+      res.on('error', () => { resolve({ status: res.statusCode ?? 0, bytes, complete: false }) })
+      res.on('aborted', () => { resolve({ status: res.statusCode ?? 0, bytes, complete: false }) })
+    })
+    req.on('error', () => { resolve({ status: 0, bytes: 0, complete: false }) })
+    req.end()
+  })
+}
+
+for (const framing of ['content-length', 'chunked'] as const) {
+  t.test(`connection lost mid-response (${framing}): the caller's connection is closed, never a truncated body passed off as complete`, async (t) => {
+    const upstream = await startUpstream(t, (_req, res) => {
+      res.writeHead(200, framing === 'chunked' ? { 'content-type': 'application/octet-stream' } : { 'content-length': 1_000_000 })
+      res.write(Buffer.alloc(100_000, 1))
+      setTimeout(() => { res.socket?.destroy() }, 50)
+    })
+    const { proxyUrl } = await sidecar(t, upstream.url)
+    const got = await fetchRaw(proxyUrl + '/big')
+    t.equal(got.status, 200)
+    t.equal(got.complete, false, 'the caller sees an incomplete body')
+    t.ok(got.bytes < 1_000_000)
+  })
+}
+
+t.test('a body that stalls past UPSTREAM_TIMEOUT_MS: the caller\'s connection is closed', async (t) => {
+  const upstream = await startUpstream(t, (_req, res) => {
+    res.writeHead(200, { 'content-length': 10 })
+    res.write('12345')
+  })
+  const { proxyUrl } = await sidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '300' })
+  const got = await fetchRaw(proxyUrl + '/stall')
+  t.equal(got.complete, false)
+  t.equal(got.bytes, 5)
+})
+
+t.test('a reset before the answer: 502, and the request is not retried', async (t) => {
+  const upstream = await startUpstream(t, (req) => { req.socket.destroy() })
+  const { proxyUrl } = await sidecar(t, upstream.url)
+  for (const method of ['GET', 'PUT'] as const) {
+    const res = await request(proxyUrl + '/reset', { method, ...(method === 'PUT' ? { body: 'x' } : {}) })
+    t.equal(res.statusCode, 502, method)
+    t.same(await res.body.json(), { error: 'UPSTREAM_UNREACHABLE', message: 'the upstream could not be reached' })
+  }
+  t.equal(upstream.received.length, 2, 'one upstream attempt per request')
+})
+
+t.test('keep-alive connections to the upstream are reused', async (t) => {
+  const upstream = await startUpstream(t)
+  let connections = 0
+  upstream.server.on('connection', () => { connections += 1 })
+  const { proxyUrl } = await sidecar(t, upstream.url)
+  for (let i = 0; i < 20; i++) {
+    const res = await request(proxyUrl + `/k/${i}`)
+    await res.body.dump()
+  }
+  t.equal(upstream.received.length, 20)
+  t.equal(connections, 1)
+})
