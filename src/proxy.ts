@@ -155,11 +155,11 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     res.stream.resume()
     request.replayed = true
+    // The 401's headers were already copied onto the reply; none of them may stay.
+    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
     tokens.get().then((fresh) => {
       request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
       request.token = fresh
-      // The 401's headers were already copied onto the reply.
-      for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
       forward(request, reply)
     }, (err: FastifyError) => { sendError(reply, err) })
   }

@@ -11,6 +11,13 @@ export const REJECTED_RETRY_MS = 60_000
 export const MAX_RETRY_AFTER_MS = 5 * 60_000
 /** At most one refresh forced by an upstream 401 per interval, so a broken upstream cannot cause a token storm. */
 export const FORCED_REFRESH_INTERVAL_MS = 10_000
+/**
+ * While callers are waiting for a token and none is held, one of them may start the
+ * next attempt early, at most this often: the sidecar recovers within seconds when
+ * the endpoint comes back, however far the backoff has grown, while failing callers
+ * add at most one token request per interval.
+ */
+export const DEMAND_RETRY_INTERVAL_MS = 2_000
 
 export interface Token {
   /** `Bearer <access_token>`: RFC 6750 spelling, whatever token_type the endpoint answered. */
@@ -69,6 +76,7 @@ export function createTokenManager (options: TokenManagerOptions) {
   let everHadToken = false
   let credentialsRejected = false
   let lastForcedAt = -Infinity
+  let lastFailedAt = -Infinity
   let stopped = false
 
   /** The token if it may still be sent now; a synchronous check for the hot path. */
@@ -135,6 +143,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     record(error.outcome, sentAt)
     failures += 1
     lastFailure = error
+    lastFailedAt = clock.now()
     let delayMs: number
     if (error.outcome === 'rejected') {
       delayMs = rejectedRetryMs
@@ -174,6 +183,14 @@ export function createTokenManager (options: TokenManagerOptions) {
     return boundedWait
   }
 
+  /** Whether a waiting caller may start the scheduled attempt now (see DEMAND_RETRY_INTERVAL_MS). */
+  function demandMayRetry (): boolean {
+    // Wrong credentials and a Retry-After are the endpoint's own word: wait them out.
+    if (lastFailure === undefined || lastFailure.outcome === 'rejected' || lastFailure.retryAfterMs !== undefined) return false
+    const now = clock.now()
+    return now - lastFailedAt >= DEMAND_RETRY_INTERVAL_MS && (nextAttemptAt ?? 0) - now > DEMAND_RETRY_INTERVAL_MS
+  }
+
   function unavailable (): Error {
     const waitS = nextAttemptAt === undefined ? 1 : Math.ceil((nextAttemptAt - clock.now()) / 1000)
     return Object.assign(new TokenUnavailableError(), { retryAfterSeconds: Math.max(1, waitS) })
@@ -181,14 +198,15 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   /**
    * The current token, or the one an in-flight request is about to bring (after a
-   * bounded wait). Rejects with TokenUnavailableError (503, Retry-After) otherwise:
-   * callers never cause token requests of their own while a retry is scheduled.
+   * bounded wait). Rejects with TokenUnavailableError (503, Retry-After) otherwise.
+   * While a retry is scheduled, callers start no token request of their own, but
+   * for at most one per DEMAND_RETRY_INTERVAL_MS.
    */
   async function get (): Promise<Token> {
     const valid = current()
     if (valid !== undefined) return valid
     if (stopped) throw unavailable()
-    if (inflight === undefined && cancelTimer === undefined) void refresh()
+    if (inflight === undefined && (cancelTimer === undefined || demandMayRetry())) void refresh()
     if (inflight !== undefined) {
       await waitForInflight(inflight)
       const fresh = current()

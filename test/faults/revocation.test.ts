@@ -82,3 +82,15 @@ t.test('an upstream that answers 401 to everything does not cause a token-reques
   t.equal(standIn.tokensIssued(), 2, 'the start-up token and one forced refresh')
   t.equal(upstream.received.length, 51, 'one replay only')
 })
+
+t.test('revoked, and no new token can be had: 503 TOKEN_UNAVAILABLE without the 401\'s headers', async (t) => {
+  const standIn = await startStandIn(t)
+  const upstream = await startUpstream(t, (_req, res) => { res.writeHead(401, { 'www-authenticate': 'Bearer error="invalid_token"' }); res.end() })
+  const { proxyUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, TOKEN_WAIT_MS: '200' })
+  await standIn.app.close()
+  const res = await request(proxyUrl + '/x')
+  t.equal(res.statusCode, 503)
+  t.equal(res.headers['www-authenticate'], undefined)
+  t.match(res.headers['retry-after'], /^\d+$/)
+  t.same(await res.body.json(), { error: 'TOKEN_UNAVAILABLE', message: 'no valid access token is available; retry later' })
+})

@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { TokenRequestError, type FetchedToken } from '../../src/token/token-client.js'
-import { createTokenManager, REJECTED_RETRY_MS, type TokenManagerOptions } from '../../src/token/token-manager.js'
+import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, type TokenManagerOptions } from '../../src/token/token-manager.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 
@@ -161,6 +161,35 @@ t.test('during an outage 50 failing callers add no token requests', async (t) =>
   t.ok(results.every((r) => (r as { retryAfterSeconds: number }).retryAfterSeconds === 1), 'Retry-After: the next attempt, 500 ms away, rounded up')
   await clock.tick(500)
   t.equal(endpoint.calls(), 2, 'the scheduled retry')
+})
+
+t.test('waiting callers may start one early attempt per interval, so recovery does not wait out a long backoff', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ error: serverError() }], { random: () => 1 })
+  await tokens.start()
+  // Grow the backoff: attempts at +0.5 s, +1 s, +2 s, +4 s, +8 s.
+  await clock.tick(500 + 1000 + 2000 + 4000 + 8000)
+  t.equal(endpoint.calls(), 6)
+  t.equal(tokens.state().nextAttemptAt, clock.clock.now() + 16_000, 'the next scheduled attempt is 16 s away')
+  await clock.tick(DEMAND_RETRY_INTERVAL_MS)
+  await Promise.all(Array.from({ length: 50 }, () => tokens.get().catch(() => undefined)))
+  t.equal(endpoint.calls(), 7, '50 waiting callers caused one early attempt')
+  await Promise.all(Array.from({ length: 50 }, () => tokens.get().catch(() => undefined)))
+  t.equal(endpoint.calls(), 7, 'and no more within the interval')
+  await clock.tick(DEMAND_RETRY_INTERVAL_MS)
+  await tokens.get().catch(() => undefined)
+  t.equal(endpoint.calls(), 8)
+})
+
+t.test('no early attempts after a Retry-After or rejected credentials', async (t) => {
+  const limited = new TokenRequestError('rate_limited', 'rate limited', { statusCode: 429, retryAfterMs: 60_000 })
+  const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
+  for (const error of [limited, rejected]) {
+    const { tokens, endpoint, clock } = manager(t, [{ error }])
+    await tokens.start()
+    await clock.tick(10_000)
+    await Promise.all(Array.from({ length: 10 }, () => tokens.get().catch(() => undefined)))
+    t.equal(endpoint.calls(), 1, error.outcome)
+  }
 })
 
 t.test('a Retry-After from the endpoint is honoured', async (t) => {
