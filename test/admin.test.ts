@@ -52,7 +52,9 @@ t.test('/livez answers at once; /readyz turns 200 with the first token', async (
 
 t.test('/readyz says why when the credentials are rejected', async (t) => {
   const standIn = await startStandIn(t, { clientSecret: 'the-real-one' })
-  const { adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url })
+  const { app, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url })
+  // The first rejection is retried at once (a rotation may have raced the request); the second counts.
+  while (!app.tokens.state().credentialsRejected) await new Promise((resolve) => setTimeout(resolve, 10))
   const res = await request(adminUrl + '/readyz')
   t.equal(res.statusCode, 503)
   t.match(await res.body.json(), { reason: 'client credentials rejected by the token endpoint', token: { lastFailure: 'rejected' } })

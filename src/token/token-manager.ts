@@ -75,6 +75,8 @@ export function createTokenManager (options: TokenManagerOptions) {
   let lastFailure: TokenRequestError | undefined
   let everHadToken = false
   let credentialsRejected = false
+  /** The rejection that started the current run of rejections, if any. */
+  let lastRejected: TokenRequestError | undefined
   let lastForcedAt = -Infinity
   let lastFailedAt = -Infinity
   let stopped = false
@@ -129,6 +131,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     if (credentialsRejected) log.info('token endpoint accepts the client credentials again')
     failures = 0
     lastFailure = undefined
+    lastRejected = undefined
     everHadToken = true
     credentialsRejected = false
     metrics.tokenExpiry.set(times.expiresAt / 1000)
@@ -145,7 +148,14 @@ export function createTokenManager (options: TokenManagerOptions) {
     lastFailure = error
     lastFailedAt = clock.now()
     let delayMs: number
-    if (error.outcome === 'rejected') {
+    if (error.outcome === 'rejected' && lastRejected === undefined) {
+      // The first rejection is retried at once: a request sent just before a secret
+      // was rotated in place carries the old secret, and the retry reads the new one.
+      lastRejected = error
+      delayMs = backoffDelay(1, random())
+      log.warn({ oauthError: error.oauthError, statusCode: error.statusCode, retryInMs: delayMs },
+        'token endpoint rejected the client credentials; retrying once with the credentials read again')
+    } else if (error.outcome === 'rejected') {
       delayMs = rejectedRetryMs
       // One clear ERROR per incident; the retries that follow are only debug noise.
       if (!credentialsRejected) {
@@ -156,6 +166,7 @@ export function createTokenManager (options: TokenManagerOptions) {
       }
       credentialsRejected = true
     } else {
+      lastRejected = undefined
       delayMs = Math.max(Math.min(error.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS), backoffDelay(failures, random()))
       log.warn({ outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures, retryInMs: delayMs },
         'token request failed')

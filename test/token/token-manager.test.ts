@@ -203,21 +203,34 @@ t.test('a Retry-After from the endpoint is honoured', async (t) => {
   t.ok(tokens.current())
 })
 
-t.test('rejected credentials: one ERROR, slow retries, recovery when fixed', async (t) => {
+t.test('rejected credentials: one quick retry, then one ERROR, slow retries, recovery when fixed', async (t) => {
   const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
-  const { tokens, endpoint, clock, logs } = manager(t, [{ error: rejected }, { error: rejected }, { error: rejected }, { lifetimeMs: HOUR }])
+  const { tokens, endpoint, clock, logs } = manager(t, [{ error: rejected }, { error: rejected }, { error: rejected }, { error: rejected }, { lifetimeMs: HOUR }])
   await tokens.start()
+  t.equal(tokens.state().credentialsRejected, false, 'not yet: the secret may have been rotated during the request')
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 2, 'retried at once with the credentials read again')
   t.equal(tokens.state().credentialsRejected, true)
   await clock.tick(REJECTED_RETRY_MS - 1)
-  t.equal(endpoint.calls(), 1, 'no fast retry')
+  t.equal(endpoint.calls(), 2, 'then no fast retry')
   await clock.tick(REJECTED_RETRY_MS + 1)
-  t.equal(endpoint.calls(), 3)
+  t.equal(endpoint.calls(), 4)
   const errors = logs.entries().filter((e) => e.level === 50)
   t.equal(errors.length, 1, 'one ERROR line for the incident')
-  t.match(errors[0], { oauthError: 'invalid_client', msg: /rejected the client credentials/ })
+  t.match(errors[0], { oauthError: 'invalid_client', msg: /rejected the client credentials; check/ })
   await clock.tick(REJECTED_RETRY_MS)
   t.equal(tokens.state().credentialsRejected, false)
   t.ok(tokens.current())
+})
+
+t.test('a rejection of a request sent just before a rotation is retried at once and recovers', async (t) => {
+  const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
+  const { tokens, endpoint, clock, logs } = manager(t, [{ error: rejected }, { lifetimeMs: HOUR }], { random: () => 1 })
+  await tokens.start()
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 2)
+  t.ok(tokens.current())
+  t.equal(logs.entries().filter((e) => e.level === 50).length, 0, 'no ERROR for a race with a rotation')
 })
 
 t.test('invalidate: 20 concurrent 401s on one generation cause one refresh', async (t) => {
