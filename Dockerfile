@@ -1,0 +1,68 @@
+# store-auth-proxy: the sidecar image. The same image also runs the stand-in TI APIs
+# (`stand-in`) and the example caller (`caller`) for docker-compose.
+#
+#   docker build -t store-auth-proxy .          # or: podman build -t store-auth-proxy .
+#   docker run --rm --read-only --cap-drop=ALL --security-opt=no-new-privileges \
+#     -e AUTH_URL=... -e UPSTREAM_URL=... -e CLIENT_ID_FILE=... -e CLIENT_SECRET_FILE=... \
+#     store-auth-proxy
+#
+# Runtime base: distroless Node.js 24, `nonroot` variant. It holds node, glibc, CA
+# certificates and /etc/passwd and nothing else: no shell, no package manager, no npm, so
+# a compromised process finds no tools and there are no OS packages to patch beyond glibc.
+# The costs: no `sh` for debugging (use `kubectl debug` or the `:debug-nonroot` tag) and
+# shell-form HEALTHCHECKs cannot work; ours is exec form. Pin both bases by digest in your
+# own pipeline (`FROM ...@sha256:...`) if you need reproducible builds.
+
+# --- build: compile TypeScript with the dev dependencies -----------------------------
+FROM docker.io/library/node:24-bookworm-slim AS build
+WORKDIR /app
+# Manifests first: this layer is rebuilt only when the lockfile changes, not on every
+# source edit. No install scripts are needed to run tsc.
+COPY package.json package-lock.json ./
+RUN --mount=type=cache,target=/root/.npm \
+    npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src/ src/
+RUN npm run build
+
+# --- deps: production dependencies only, in their own stage ---------------------------
+# Depends on the lockfile alone, so it stays cached across source changes (and BuildKit
+# builds it in parallel with the stage above). No package in the lockfile has an install
+# script, so --ignore-scripts loses nothing.
+FROM docker.io/library/node:24-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN --mount=type=cache,target=/root/.npm \
+    npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+
+# --- runtime ---------------------------------------------------------------------------
+FROM gcr.io/distroless/nodejs24-debian12:nonroot
+WORKDIR /app
+# Owned by root and not writable by the process: the code cannot be changed at run time
+# even where the root filesystem is left writable. Nothing is written at run time, so
+# `--read-only` needs no tmpfs. package.json carries "type": "module" for dist/.
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json ./
+COPY --from=build /app/dist ./dist
+# Numeric, so Kubernetes' runAsNonRoot can verify it without a runAsUser.
+USER 65532:65532
+# 8080: the proxy (HOST defaults to 127.0.0.1, so it is reachable only from the same
+# network namespace: set HOST=0.0.0.0 when it must be reached from other containers).
+# 9090: /livez, /readyz, /metrics (ADMIN_HOST defaults to 0.0.0.0).
+EXPOSE 8080 9090
+# Needs only node: `healthcheck` exits 0 when the admin /readyz answers 200.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["/nodejs/bin/node", "/app/dist/main.js", "healthcheck"]
+# node is PID 1 and handles SIGTERM itself (not ready, drain, exit 0); never `npm start`,
+# which would sit between the signal and the process.
+ENTRYPOINT ["/nodejs/bin/node", "/app/dist/main.js"]
+CMD ["serve"]
+
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="store-auth-proxy" \
+      org.opencontainers.image.description="Authenticating reverse-proxy sidecar for the TI store API: one OAuth 2.0 client-credentials token, refreshed ahead, injected as a Bearer header" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="gcr.io/distroless/nodejs24-debian12:nonroot"

@@ -1,0 +1,245 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "store-auth-proxy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "store-auth-proxy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "store-auth-proxy.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels
+*/}}
+{{- define "store-auth-proxy.labels" -}}
+helm.sh/chart: {{ include "store-auth-proxy.chart" . }}
+{{ include "store-auth-proxy.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels
+*/}}
+{{- define "store-auth-proxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "store-auth-proxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Create the name of the service account to use
+*/}}
+{{- define "store-auth-proxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "store-auth-proxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image of the proxy (and of the example caller and stand-in, which it also contains).
+*/}}
+{{- define "store-auth-proxy.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The Secret holding the credentials: existingSecret, or the one this chart creates.
+*/}}
+{{- define "store-auth-proxy.secretName" -}}
+{{- if .Values.credentials.existingSecret }}
+{{- .Values.credentials.existingSecret }}
+{{- else if and .Values.credentials.clientId .Values.credentials.clientSecret }}
+{{- include "store-auth-proxy.fullname" . }}
+{{- else }}
+{{- fail "store-auth-proxy: set credentials.existingSecret, or both credentials.clientId and credentials.clientSecret" }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the sidecar is rendered as a native sidecar (an init container with
+restartPolicy: Always); empty otherwise. Standalone mode runs the proxy as the pod's
+only container, where restartPolicy is not allowed.
+*/}}
+{{- define "store-auth-proxy.native" -}}
+{{- if and .Values.nativeSidecar (ne .Values.mode "standalone") }}true{{ end }}
+{{- end }}
+
+{{/*
+HOST: loopback in a pod's sidecar, all addresses in standalone mode, unless set.
+*/}}
+{{- define "store-auth-proxy.host" -}}
+{{- if .Values.proxy.host }}
+{{- .Values.proxy.host }}
+{{- else if eq .Values.mode "standalone" }}
+{{- "0.0.0.0" }}
+{{- else }}
+{{- "127.0.0.1" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The stand-in TI APIs' name (standIn.enabled), and the URL the proxy then uses for both APIs.
+*/}}
+{{- define "store-auth-proxy.standInName" -}}
+{{- printf "%s-stand-in" (include "store-auth-proxy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "store-auth-proxy.standInSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "store-auth-proxy.name" . }}-stand-in
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "store-auth-proxy.standInUrl" -}}
+{{- printf "http://%s:8081" (include "store-auth-proxy.standInName" .) }}
+{{- end }}
+
+{{/*
+SHUTDOWN_DELAY_MS: proxy.shutdownDelayMs, or when it is null, what the topology needs: a
+native sidecar is stopped only after the app containers have exited; a plain sidecar gets
+SIGTERM together with the app, and a standalone proxy while Services still route to it.
+*/}}
+{{- define "store-auth-proxy.shutdownDelayMs" -}}
+{{- if not (kindIs "invalid" .Values.proxy.shutdownDelayMs) }}
+{{- .Values.proxy.shutdownDelayMs | int64 }}
+{{- else if include "store-auth-proxy.native" . }}
+{{- 0 }}
+{{- else }}
+{{- 5000 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod annotations for any pod that runs the sidecar: a checksum of the credentials values,
+so that pods roll when the Secret this chart renders changes, and the prometheus.io
+annotations for the admin port.
+*/}}
+{{- define "store-auth-proxy.podAnnotations" -}}
+checksum/secret: {{ .Values.credentials | toJson | sha256sum }}
+{{- if .Values.metrics.podAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.proxy.adminPort | int64 | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar container, as one entry of a pod's `initContainers` (native sidecar) or
+`containers` list. Its context is this chart's: from a parent chart that has this one
+as a dependency, pass `(index .Subcharts "store-auth-proxy")`. See the chart README.
+Numbers go through int64: Helm reads values as float64, which would print 3.6e+06.
+*/}}
+{{- define "store-auth-proxy.sidecar" -}}
+- name: store-auth-proxy
+  image: {{ include "store-auth-proxy.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if include "store-auth-proxy.native" . }}
+  # A native sidecar: started before the app containers, stopped after them.
+  restartPolicy: Always
+  {{- end }}
+  args: ["serve"]
+  env:
+    - name: AUTH_URL
+      value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.authUrl .Values.standIn.enabled | quote }}
+    - name: UPSTREAM_URL
+      value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.upstreamUrl .Values.standIn.enabled | quote }}
+    - name: CLIENT_ID_FILE
+      value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientIdKey | quote }}
+    - name: CLIENT_SECRET_FILE
+      value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientSecretKey | quote }}
+    - name: HOST
+      value: {{ include "store-auth-proxy.host" . | quote }}
+    - name: PORT
+      value: {{ .Values.proxy.port | int64 | quote }}
+    - name: ADMIN_HOST
+      value: "0.0.0.0"
+    - name: ADMIN_PORT
+      value: {{ .Values.proxy.adminPort | int64 | quote }}
+    - name: TOKEN_TIMEOUT_MS
+      value: {{ .Values.proxy.tokenTimeoutMs | int64 | quote }}
+    - name: UPSTREAM_TIMEOUT_MS
+      value: {{ .Values.proxy.upstreamTimeoutMs | int64 | quote }}
+    - name: TOKEN_REFRESH_MARGIN_MS
+      value: {{ .Values.proxy.tokenRefreshMarginMs | int64 | quote }}
+    - name: TOKEN_WAIT_MS
+      value: {{ .Values.proxy.tokenWaitMs | int64 | quote }}
+    - name: SHUTDOWN_GRACE_MS
+      value: {{ .Values.proxy.shutdownGraceMs | int64 | quote }}
+    - name: SHUTDOWN_DELAY_MS
+      value: {{ include "store-auth-proxy.shutdownDelayMs" . | quote }}
+    - name: ACCESS_LOG
+      value: {{ .Values.proxy.accessLog | quote }}
+    - name: LOG_LEVEL
+      value: {{ .Values.proxy.logLevel | quote }}
+    {{- with .Values.proxy.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    {{- if eq .Values.mode "standalone" }}
+    - name: authproxy
+      containerPort: {{ .Values.proxy.port | int64 }}
+      protocol: TCP
+    {{- end }}
+    - name: authproxy-admin
+      containerPort: {{ .Values.proxy.adminPort | int64 }}
+      protocol: TCP
+  livenessProbe:
+    {{- toYaml .Values.livenessProbe | nindent 4 }}
+  readinessProbe:
+    {{- toYaml .Values.readinessProbe | nindent 4 }}
+  startupProbe:
+    {{- toYaml .Values.startupProbe | nindent 4 }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    # The whole directory, never subPath: the kubelet then updates the files when the
+    # Secret changes, and the proxy re-reads them before each token request.
+    - name: store-auth-proxy-credentials
+      mountPath: {{ .Values.credentials.mountPath }}
+      readOnly: true
+{{- end }}
+
+{{/*
+The sidecar's volumes, as entries of a pod's `volumes` list.
+*/}}
+{{- define "store-auth-proxy.volumes" -}}
+- name: store-auth-proxy-credentials
+  secret:
+    secretName: {{ include "store-auth-proxy.secretName" . }}
+    # 0444, written in decimal (YAML 1.1 and 1.2 read 0444 differently): readable by the
+    # proxy's uid without a pod-level fsGroup (the pod may not be ours); only the proxy
+    # container mounts this volume.
+    defaultMode: 292
+    items:
+      - key: {{ .Values.credentials.clientIdKey }}
+        path: {{ .Values.credentials.clientIdKey }}
+      - key: {{ .Values.credentials.clientSecretKey }}
+        path: {{ .Values.credentials.clientSecretKey }}
+{{- end }}

@@ -1,0 +1,111 @@
+// docker-compose.yml and the Dockerfile, read as files: the properties the issue asks of
+// them, checked on every `npm test`. test/deploy/containers.sh builds and runs them for real.
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { parse } from 'yaml'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, trimCredential } from '../../src/config.js'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
+
+interface Service {
+  image?: string
+  build?: string
+  command?: string[]
+  network_mode?: string
+  ports?: string[]
+  environment?: Record<string, string>
+  secrets?: string[]
+  healthcheck?: { test?: string[] | string }
+  depends_on?: Record<string, { condition: string }>
+  init?: boolean
+  read_only?: boolean
+  cap_drop?: string[]
+  security_opt?: string[]
+}
+interface Compose { services: Record<string, Service>, secrets: Record<string, { file: string }> }
+
+const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
+const services = compose.services
+const SIDECAR = 'store-auth-proxy'
+
+t.test('compose: the three services, all from the image this checkout builds', async (t) => {
+  t.same(Object.keys(services).sort(), ['caller', 'stand-in', SIDECAR].sort())
+  for (const [name, s] of Object.entries(services)) {
+    t.equal(s.build, '.', `${name} is built from this checkout: \`docker compose up\` needs no other step`)
+    t.equal(s.image, services[SIDECAR]?.image, `${name} uses the one image`)
+  }
+  t.same(services['stand-in']?.command, ['stand-in'])
+  t.same(services.caller?.command, ['caller'])
+  t.equal(services[SIDECAR]?.command, undefined, 'the sidecar runs the image default (serve)')
+})
+
+t.test('compose: every container is hardened', async (t) => {
+  for (const [name, s] of Object.entries(services)) {
+    t.equal(s.init, true, `${name}: init`)
+    t.equal(s.read_only, true, `${name}: read-only root filesystem`)
+    t.same(s.cap_drop, ['ALL'], `${name}: every capability dropped`)
+    t.ok(s.security_opt?.includes('no-new-privileges:true'), `${name}: no-new-privileges`)
+  }
+})
+
+t.test('compose: the sidecar shares the caller\'s network namespace, as in a pod', async (t) => {
+  const sidecar = services[SIDECAR]
+  t.equal(sidecar?.network_mode, 'service:caller')
+  t.equal(sidecar?.ports, undefined, 'a container in another\'s namespace publishes nothing itself')
+  t.equal(sidecar?.environment?.HOST, undefined, 'HOST stays at its loopback default')
+  t.match(services.caller?.environment?.CALLER_TARGET_URL, /^http:\/\/localhost:8080\//, 'the caller uses localhost')
+  const published = Object.values(services).flatMap((s) => s.ports ?? [])
+  // eslint-disable-next-line no-template-curly-in-string -- compose's own interpolation: 9090 unless set
+  t.same(published, ['127.0.0.1:${STORE_AUTH_PROXY_ADMIN_PORT:-9090}:9090'],
+    'only the admin port is published, on loopback, 9090 by default')
+})
+
+t.test('compose: credentials are compose secrets read from files, and only the demo pair', async (t) => {
+  const sidecar = services[SIDECAR]
+  t.same(sidecar?.secrets?.slice().sort(), ['client_id', 'client_secret'])
+  t.match(sidecar?.environment, { CLIENT_ID_FILE: '/run/secrets/client_id', CLIENT_SECRET_FILE: '/run/secrets/client_secret' })
+  for (const [name, s] of Object.entries(services)) {
+    for (const key of Object.keys(s.environment ?? {})) {
+      t.notMatch(key, /^(STAND_IN_)?CLIENT_(ID|SECRET)$/, `${name}: no credential in the environment (${key})`)
+    }
+  }
+  t.equal(trimCredential(read(compose.secrets.client_id?.file ?? '')), DEMO_CLIENT_ID)
+  t.equal(trimCredential(read(compose.secrets.client_secret?.file ?? '')), DEMO_CLIENT_SECRET)
+  t.match(read('deploy/demo-secrets/README.md'), /DEMO CREDENTIALS ONLY/)
+})
+
+t.test('compose: exec-form healthchecks gate the start order', async (t) => {
+  for (const [name, s] of Object.entries(services)) {
+    const test = s.healthcheck?.test
+    t.ok(Array.isArray(test) && test[0] === 'CMD', `${name}: exec form, the image has no shell`)
+    t.same(Array.isArray(test) ? test.slice(1, 4) : [], ['/nodejs/bin/node', '/app/dist/main.js', 'healthcheck'], `${name}: the image's healthcheck command`)
+  }
+  t.same(services[SIDECAR]?.depends_on, { 'stand-in': { condition: 'service_healthy' }, caller: { condition: 'service_started' } })
+  t.same(services.caller?.depends_on, { 'stand-in': { condition: 'service_healthy' } })
+})
+
+t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {
+  const dockerfile = read('Dockerfile')
+  const from = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1])
+  t.same(from, ['docker.io/library/node:24-bookworm-slim', 'docker.io/library/node:24-bookworm-slim', 'gcr.io/distroless/nodejs24-debian12:nonroot'])
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
+  t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
+  t.match(runtime, /^EXPOSE 8080 9090$/m)
+  t.match(runtime, /^ENTRYPOINT \["\/nodejs\/bin\/node", "\/app\/dist\/main\.js"\]$/m, 'node itself, exec form')
+  t.match(runtime, /^HEALTHCHECK [^\n]*(\\\n[^\n]*)*CMD \["\/nodejs\/bin\/node", "\/app\/dist\/main\.js", "healthcheck"\]$/m, 'an exec-form healthcheck')
+  t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
+  t.match(dockerfile, /npm ci --omit=dev --ignore-scripts/, 'production dependencies only in the runtime')
+  t.notMatch(runtime, /^RUN /m, 'nothing runs in the runtime stage (it has no shell)')
+  for (const label of ['title', 'description', 'version', 'revision', 'licenses']) {
+    t.match(runtime, new RegExp(`org\\.opencontainers\\.image\\.${label}=`), `OCI label ${label}`)
+  }
+})
+
+t.test('.dockerignore: an allow-list that keeps secrets and local state out of the context', async (t) => {
+  const lines = read('.dockerignore').split('\n').filter((l) => l !== '' && !l.startsWith('#'))
+  t.equal(lines[0], '*', 'everything is ignored first')
+  t.same(lines.slice(1).sort(), ['!package-lock.json', '!package.json', '!src/', '!tsconfig.build.json', '!tsconfig.json'])
+})

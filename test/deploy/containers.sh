@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The container checks of the Dockerfile and docker-compose.yml, run for real with podman:
+#
+#   bash test/deploy/containers.sh
+#
+# 1. builds the image (`podman build --pull=never`, on the local stand-ins for the base
+#    images that ../shared/tools/local-node-image.sh makes);
+# 2. runs the sidecar from it with a read-only root filesystem (no tmpfs either), all
+#    capabilities dropped and no-new-privileges, against the stand-in TI APIs run from
+#    the same image, and checks: ready, the image HEALTHCHECK passes, a proxied store
+#    call works (with the token it injected: the API itself answers 401 without one),
+#    the proxy process runs as a non-root uid with no capabilities, and `podman stop`
+#    returns within STOP_LIMIT_S with exit code 0;
+# 3. brings docker-compose.yml up with podman-compose, waits until the example caller's
+#    requests succeed through the sidecar (its metrics on 127.0.0.1 count proxied 2xx
+#    answers), checks the healthchecks, the hardening and that the sidecar is reachable
+#    only from the caller's namespace, stops it (every container must exit 0) and tears
+#    it down.
+#
+# Needs root (podman-setup.sh installs podman, runc and podman-compose from Debian).
+# Skips, exiting 0, only where podman cannot run at all. Everything it starts is named
+# after this run (sap<pid>) and removed at the end; traffic stays on this machine's
+# loopback and podman's own networks.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+# CI clones the repository with shared/ beside it; so does a developer's machine.
+tools=${SHARED_TOOLS:-$repo/../shared/tools}
+STOP_LIMIT_S=${STOP_LIMIT_S:-5}
+READY_TIMEOUT_S=${READY_TIMEOUT_S:-60}
+run=sap$$
+started=$(date +%s)
+# Docker image format for every build, podman-compose's included: the OCI format has no
+# HEALTHCHECK, and one format lets the compose build reuse the layers of the first build.
+export BUILDAH_FORMAT=docker
+
+if [ ! -x "$tools/podman-setup.sh" ] || [ ! -x "$tools/local-node-image.sh" ]; then
+  echo "containers: $tools/podman-setup.sh and local-node-image.sh are missing." >&2
+  echo "containers: shared/ must sit beside the repository (../shared/tools), or set SHARED_TOOLS." >&2
+  exit 1
+fi
+
+# podman's healthcheck timers need systemd, which these machines do not run: every
+# `podman run` of an image with a HEALTHCHECK logs that it could not add them. Healthchecks
+# are run explicitly below (`podman healthcheck run`), so that noise is dropped.
+quiet_podman () {
+  podman "$@" 2> >(grep -v -e 'systemd' -e 'failed to connect to syslog' >&2)
+}
+
+passed=0 failed=0
+ok () { passed=$((passed + 1)); echo "ok - $*"; }
+not_ok () { failed=$((failed + 1)); echo "not ok - $*"; }
+check () { # check "description" command...
+  local what=$1; shift
+  if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+elapsed () { echo $(( $(date +%s) - started ))s; }
+eq () { [ "$1" = "$2" ]; }
+has () { [[ $1 == *"$2"* ]]; }
+logs_have () { podman logs "$1" 2>/dev/null | grep -q -F -- "$2"; }
+# The container's node process, seen from this machine: PID 1, or the child of the init.
+node_pid () {
+  local pid child
+  pid=$(podman inspect --format '{{.State.Pid}}' "$1")
+  child=$(pgrep -P "$pid" | head -1 || true)
+  echo "${child:-$pid}"
+}
+
+# --- can podman run here at all? --------------------------------------------------------
+if ! "$tools/podman-setup.sh"; then
+  if ! command -v podman >/dev/null || ! podman info >/dev/null 2>&1; then
+    echo "containers: SKIPPED: podman cannot be installed or run on this machine (podman-setup.sh failed)."
+    exit 0
+  fi
+  echo "containers: podman-setup.sh failed, but podman runs: going on" >&2
+fi
+command -v podman-compose >/dev/null || { echo "containers: podman-compose is missing after podman-setup.sh" >&2; exit 1; }
+
+"$tools/local-node-image.sh" slim 24
+"$tools/local-node-image.sh" distroless 24
+
+# --- cleanup, whatever happens ----------------------------------------------------------
+compose=(podman-compose --podman-path "$repo/test/deploy/podman-compat.py" -p "$run")
+show_logs_on_failure () {
+  [ "$failed" -gt 0 ] || [ -n "${aborted:-}" ] || return 0
+  local c
+  for c in "$@"; do
+    podman container exists "$c" 2>/dev/null && { echo "--- last logs of $c"; podman logs "$c" 2>&1 | tail -20; }
+  done
+  return 0
+}
+cleanup () {
+  set +e
+  show_logs_on_failure "$run-stand-in" "$run-proxy" "${run}_stand-in_1" "${run}_caller_1" "${run}_store-auth-proxy_1"
+  podman rm -f -t 0 "$run-stand-in" "$run-proxy" >/dev/null 2>&1
+  podman network rm -f "$run-net" >/dev/null 2>&1
+  "${compose[@]}" down >/dev/null 2>&1
+  podman network rm -f "${run}_default" >/dev/null 2>&1
+}
+trap 'aborted=1' ERR
+trap 'aborted=1; exit 130' INT TERM
+trap cleanup EXIT
+
+wait_for () { # wait_for seconds command...: retries every 0.5 s
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.5
+  done
+}
+
+# --- 1. build ---------------------------------------------------------------------------
+echo "== build ($(elapsed))"
+t0=$(date +%s%N)
+podman build --pull=never --format docker -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
+  || { tail -40 "/tmp/$run-build.log"; echo "containers: the image did not build" >&2; exit 1; }
+image=$(podman image inspect --format '{{.Id}}' store-auth-proxy:test)
+echo "built ${image:0:12} in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+rm -f "/tmp/$run-build.log"
+base=$(podman image inspect --format '{{.Id}}' gcr.io/distroless/nodejs24-debian12:nonroot)
+echo "layers added to the runtime base (bytes):"
+podman image history --format '{{.ID}} {{.Size}} {{.CreatedBy}}' "$image" \
+  | awk -v base="${base:0:12}" '$1 == base { exit } { print "  " substr($0, 1, 110) }'
+echo "image size: $(podman image inspect --format '{{.Size}}' "$image") bytes, base: $(podman image inspect --format '{{.Size}}' "$base") bytes"
+
+inspect () { podman image inspect --format "$1" "$image"; }
+check "image runs as a numeric non-root user" eq "$(inspect '{{.Config.User}}')" 65532:65532
+ports=$(inspect '{{json .Config.ExposedPorts}}')
+check "image exposes 8080 and 9090" eq "$ports" '{"8080/tcp":{},"9090/tcp":{}}'
+check "image entrypoint runs node directly, exec form" \
+  eq "$(inspect '{{json .Config.Entrypoint}}')" '["/nodejs/bin/node","/app/dist/main.js"]'
+check "image HEALTHCHECK is exec form (no shell)" \
+  eq "$(inspect '{{json .Config.Healthcheck.Test}}')" '["CMD","/nodejs/bin/node","/app/dist/main.js","healthcheck"]'
+labels=$(inspect '{{json .Config.Labels}}')
+for label in title description version revision licenses; do
+  check "image carries the OCI label org.opencontainers.image.$label" has "$labels" "\"org.opencontainers.image.$label\""
+done
+
+# --- 2. the sidecar, read-only and without capabilities, against the stand-in -----------
+echo "== podman run ($(elapsed))"
+hardened=(--read-only --read-only-tmpfs=false --cap-drop=ALL --security-opt=no-new-privileges)
+secrets=(-v "$repo/deploy/demo-secrets/client_id:/run/secrets/client_id:ro"
+         -v "$repo/deploy/demo-secrets/client_secret:/run/secrets/client_secret:ro")
+podman network create "$run-net" >/dev/null
+quiet_podman run -d --name "$run-stand-in" --network "$run-net" "${hardened[@]}" "${secrets[@]}" \
+  -e STAND_IN_HOST=0.0.0.0 -e STAND_IN_CLIENT_SECRET_FILE=/run/secrets/client_secret \
+  "$image" stand-in >/dev/null
+# HOST=0.0.0.0: reached from this machine through a published port, not from a shared
+# namespace. Both ports are published on loopback only, on ports the kernel picks.
+quiet_podman run -d --name "$run-proxy" --network "$run-net" "${hardened[@]}" "${secrets[@]}" \
+  -e HOST=0.0.0.0 -e AUTH_URL="http://$run-stand-in:8081" -e UPSTREAM_URL="http://$run-stand-in:8081" \
+  -e CLIENT_ID_FILE=/run/secrets/client_id -e CLIENT_SECRET_FILE=/run/secrets/client_secret \
+  -p 127.0.0.1::8080 -p 127.0.0.1::9090 "$image" >/dev/null
+proxy_port=$(podman port "$run-proxy" 8080/tcp | sed 's/.*://')
+admin_port=$(podman port "$run-proxy" 9090/tcp | sed 's/.*://')
+
+ready () { curl -sf "http://127.0.0.1:$admin_port/readyz" >/dev/null; }
+check "the sidecar becomes ready (admin /readyz 200)" wait_for "$READY_TIMEOUT_S" ready
+check "the image HEALTHCHECK passes (podman healthcheck run)" quiet_podman healthcheck run "$run-proxy"
+answer=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$proxy_port/v2/store/products/LM358BIDR?currency=USD")
+check "a store call through the sidecar answers 200 (got ${answer##* })" eq "${answer##* }" 200
+check "... with the product from the store API" has "$answer" '"tiPartNumber":"LM358BIDR"'
+# The same path straight to the stand-in, from inside its container, without a token.
+direct=$(podman exec "$run-stand-in" /nodejs/bin/node -e \
+  "fetch('http://127.0.0.1:8081/v2/store/products/LM358BIDR').then(r => console.log(r.status))")
+check "the API itself refuses the call without the injected token (401, got $direct)" eq "$direct" 401
+check "metrics count the proxied 2xx answer" \
+  has "$(curl -s "http://127.0.0.1:$admin_port/metrics")" 'store_auth_proxy_requests_total{method="GET",status_class="2xx"} 1'$'\n'
+
+pid=$(node_pid "$run-proxy")
+uids=$(awk '/^Uid:/ { print $2, $3, $4, $5 }' "/proc/$pid/status")
+check "the proxy process runs as uid 65532, not 0 (real/effective/saved/fs: $uids)" eq "$uids" "65532 65532 65532 65532"
+check "the proxy process has no capabilities" grep -q '^CapEff:[[:space:]]*0000000000000000$' "/proc/$pid/status"
+check "the proxy process cannot gain privileges" grep -q '^NoNewPrivs:[[:space:]]*1$' "/proc/$pid/status"
+
+t0=$(date +%s%N)
+podman stop -t 10 "$run-proxy" >/dev/null 2>&1
+stop_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+code=$(podman inspect --format '{{.State.ExitCode}}' "$run-proxy")
+check "podman stop returns in ${stop_ms} ms (limit ${STOP_LIMIT_S} s)" test "$stop_ms" -lt $(( STOP_LIMIT_S * 1000 ))
+check "the sidecar exits 0 on SIGTERM (got $code)" eq "$code" 0
+check "the sidecar logged a graceful stop" logs_have "$run-proxy" '"msg":"stopped"'
+show_logs_on_failure "$run-stand-in" "$run-proxy"
+podman rm -f -t 0 "$run-stand-in" "$run-proxy" >/dev/null 2>&1
+podman network rm -f "$run-net" >/dev/null
+
+# --- 3. docker-compose.yml with podman-compose --------------------------------------------
+echo "== podman-compose ($(elapsed))"
+# 127.0.0.1:9090 may be taken by a developer's demo: let the kernel pick the host port.
+STORE_AUTH_PROXY_ADMIN_PORT=$(node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close() })")
+export STORE_AUTH_PROXY_ADMIN_PORT
+# --build: never test an image left over from another checkout (every layer is cached).
+t0=$(date +%s%N)
+"${compose[@]}" up -d --build >"/tmp/$run-compose.log" 2>&1 \
+  || { grep -v systemd "/tmp/$run-compose.log" | tail -40; not_ok "podman-compose up"; exit 1; }
+rm -f "/tmp/$run-compose.log"
+echo "podman-compose up -d --build took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+sidecar="${run}_store-auth-proxy_1" caller="${run}_caller_1" stand_in="${run}_stand-in_1"
+metrics="http://127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT/metrics"
+
+# Two answers: the caller's loop keeps going once the sidecar holds its token.
+twice_2xx () {
+  local n
+  n=$(curl -s "$metrics" | sed -n 's/^store_auth_proxy_requests_total{method="GET",status_class="2xx"} //p')
+  [ "${n:-0}" -ge 2 ]
+}
+check "the caller's requests succeed through the sidecar (metrics on 127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT count 2xx)" \
+  wait_for "$READY_TIMEOUT_S" twice_2xx
+check "the caller logs the store API's answers" logs_have "$caller" '"status":200,"tiPartNumber":"LM358BIDR"'
+check "the sidecar reads its credentials from the compose secret files" \
+  logs_have "$sidecar" '"clientIdFrom":"file /run/secrets/client_id","clientSecretFrom":"file /run/secrets/client_secret"'
+for c in "$stand_in" "$caller" "$sidecar"; do
+  check "healthcheck of ${c#"${run}"_} passes" quiet_podman healthcheck run "$c"
+  check "${c#"${run}"_} runs with init, a read-only root filesystem and no capabilities" \
+    eq "$(podman inspect --format '{{.HostConfig.Init}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}}' "$c")" "true true []"
+  pid=$(node_pid "$c")
+  check "${c#"${run}"_} runs as uid 65532 and cannot gain privileges" \
+    eq "$(awk '/^Uid:/ { print $3 } /^NoNewPrivs:/ { print $2 }' "/proc/$pid/status" | paste -sd ' ')" "65532 1"
+done
+# HOST stays 127.0.0.1 in the shared namespace: a neighbour on the compose network
+# cannot use the sidecar (and so the credentials); only the caller can.
+from_neighbour=$(podman exec "$stand_in" /nodejs/bin/node -e \
+  "fetch('http://caller:8080/v2/store/products/LM358BIDR').then(r => console.log(r.status), e => console.log(e.cause?.code ?? e.message))")
+check "the sidecar is not reachable from another container (got $from_neighbour)" eq "$from_neighbour" ECONNREFUSED
+
+t0=$(date +%s%N)
+"${compose[@]}" stop >/dev/null 2>&1
+echo "podman-compose stop took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+for c in "$stand_in" "$caller" "$sidecar"; do
+  code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
+  check "${c#"${run}"_} exits 0 on stop (got $code)" eq "$code" 0
+done
+show_logs_on_failure "$stand_in" "$caller" "$sidecar"
+"${compose[@]}" down >/dev/null 2>&1
+podman network rm -f "${run}_default" >/dev/null 2>&1 || true
+check "podman-compose down removes every container" \
+  test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
+
+echo "== done in $(elapsed)"
+echo "containers: $passed passed, $failed failed"
+[ "$failed" = 0 ]
