@@ -58,7 +58,9 @@ check () { # check "description" command...
 elapsed () { echo $(( $(date +%s) - started ))s; }
 eq () { [ "$1" = "$2" ]; }
 has () { [[ $1 == *"$2"* ]]; }
-logs_have () { podman logs "$1" 2>/dev/null | grep -q -F -- "$2"; }
+# grep reads everything (no -q): with pipefail, grep -q's early exit would fail the
+# pipeline on podman's SIGPIPE whenever the logs are longer than one pipe buffer.
+logs_have () { podman logs "$1" 2>/dev/null | grep -F -- "$2" >/dev/null; }
 # The container's node process, seen from this machine: PID 1, or the child of the init.
 node_pid () {
   local pid child
@@ -207,7 +209,7 @@ twice_2xx () {
 }
 check "the caller's requests succeed through the sidecar (metrics on 127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT count 2xx)" \
   wait_for "$READY_TIMEOUT_S" twice_2xx
-check "the caller logs the store API's answers" logs_have "$caller" '"status":200,"tiPartNumber":"LM358BIDR"'
+check "the caller logs the store API's answers" wait_for 10 logs_have "$caller" '"status":200,"tiPartNumber":"LM358BIDR"'
 check "the sidecar reads its credentials from the compose secret files" \
   logs_have "$sidecar" '"clientIdFrom":"file /run/secrets/client_id","clientSecretFrom":"file /run/secrets/client_secret"'
 for c in "$stand_in" "$caller" "$sidecar"; do
