@@ -7,7 +7,8 @@ import {
   BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamTimeoutError,
   UpstreamUnreachableError, type ErrorBody
 } from './errors.js'
-import { callerResponseHeaders, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
+import { forward } from './forward.js'
+import { requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics } from './metrics.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
@@ -128,68 +129,64 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, done)
   }
 
-  // http-proxy's reply options (with its own header sanitising); the replay reuses them.
-  let forwardOptions: object = {}
+  const upstreamHost = new URL(upstreamUrl).host
 
-  function forward (request: FastifyRequest, reply: FastifyReply): void {
-    const body = request.replayBody
-    reply.from(request.upstreamPath ?? '/', body === null
-      ? forwardOptions
-      // reply-from sends a non-stream body only when given with a content type; a body the
-      // caller sent without one gets its content type removed again in rewriteRequestHeaders.
-      : { ...forwardOptions, body, contentType: request.headers['content-type'] ?? 'application/octet-stream' })
+  /** Sends the request upstream with its current token; the answer goes straight to the caller. */
+  function send (request: FastifyRequest, reply: FastifyReply): void {
+    const url = request.raw.url ?? '/'
+    const queryAt = url.indexOf('?')
+    const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
+    const headers = upstreamRequestHeaders({ ...request.headers, host: upstreamHost }, request.token?.authorization ?? '')
+    // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
+    if (body === null) delete headers['content-length']
+    forward(dispatcher, {
+      method: request.method,
+      path: (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt)),
+      headers,
+      body
+    }, reply.raw, {
+      holdBack: (statusCode) => shouldReplay(request, statusCode),
+      afterHeldBack: () => { replay(request, reply) },
+      failed: (err) => {
+        request.log.warn({ code: (err as { code?: string }).code, reason: err.message }, 'upstream request failed')
+        sendError(reply, upstreamError(err))
+      },
+      started: () => { reply.hijack() }
+    })
   }
 
   /**
    * A 401 to a request that carried the current token means it was revoked early:
-   * invalidate it (once, whatever the concurrency: the generation check), fetch a
-   * new one single-flight, and replay the request once, if its body was kept.
+   * invalidate it (once, whatever the concurrency: the generation check), and replay
+   * the request once with a new token, if its body was kept.
    */
-  function onUpstreamResponse (request: FastifyRequest, reply: FastifyReply, res: { statusCode: number, stream: Readable }): void {
+  function shouldReplay (request: FastifyRequest, statusCode: number): boolean {
     const token = request.token
-    const replayable = res.statusCode === 401 && !request.replayed && token !== null &&
-      (request.body === undefined || request.replayBody !== null)
-    if (!replayable || !tokens.invalidate(token.generation)) {
-      reply.send(res.stream)
-      return
-    }
-    res.stream.resume()
+    return statusCode === 401 && !request.replayed && token !== null &&
+      (request.body === undefined || request.replayBody !== null) &&
+      tokens.invalidate(token.generation)
+  }
+
+  function replay (request: FastifyRequest, reply: FastifyReply): void {
     request.replayed = true
-    // The 401's headers were already copied onto the reply; none of them may stay.
-    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
     tokens.get().then((fresh) => {
       request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
       request.token = fresh
-      forward(request, reply)
+      send(request, reply)
     }, (err: FastifyError) => { sendError(reply, err) })
   }
 
   await app.register(httpProxy, {
     upstream: upstreamUrl,
+    // http-proxy routes every path and method, refuses destinations that would leave
+    // UPSTREAM_URL's base path, passes bodies through unparsed and runs the preHandler;
+    // forward.ts sends the request (its reply-from, given the same pool, stays unused).
     undici: dispatcher as never,
     httpMethods: FORWARDED_METHODS,
-    disableRequestLogging: true,
-    // Location headers pass through untouched: upstream status codes and end-to-end headers are the caller's.
-    internalRewriteLocationHeader: false,
     preHandler: prepare,
-    handler: (request, reply, dest, options) => {
+    handler: (request, reply, dest) => {
       request.upstreamPath = dest
-      forwardOptions = options
-      forward(request, reply)
-    },
-    replyOptions: {
-      // rewriteRequestHeaders is synchronous: the token was acquired in preHandler.
-      rewriteRequestHeaders: (request, headers) => {
-        const req = request as FastifyRequest
-        if (req.replayBody !== null && req.headers['content-type'] === undefined) delete headers['content-type']
-        return upstreamRequestHeaders(headers, req.token?.authorization ?? '')
-      },
-      rewriteHeaders: (headers) => callerResponseHeaders(headers),
-      // reply-from retries idempotent requests on its own by default (even on 503);
-      // the sidecar never repeats a request the caller sent once, but for the 401 replay.
-      retryDelay: () => null,
-      onResponse: (request, reply, res) => { onUpstreamResponse(request as FastifyRequest, reply as FastifyReply, res as never) },
-      onError: (reply, { error }) => { sendError(reply as FastifyReply, upstreamError(error)) }
+      send(request, reply)
     }
   })
 }
@@ -216,21 +213,19 @@ function limitBytes (max: number): Transform {
   })
 }
 
-/** Maps a reply-from failure to the sidecar's own error, so no internal address or stack reaches the caller. */
-function upstreamError (error: FastifyError | Error): FastifyError {
+/** Maps an upstream failure to the sidecar's own error, so no internal address or stack reaches the caller. */
+function upstreamError (error: Error): FastifyError {
   for (let e: unknown = error; e instanceof Error; e = e.cause) {
     if (e instanceof BodyTooLargeError) return e
   }
-  const code = (error as FastifyError).code
-  switch (code) {
-    case 'FST_REPLY_FROM_GATEWAY_TIMEOUT':
-    case 'FST_REPLY_FROM_TIMEOUT':
-      return new UpstreamTimeoutError({ cause: error })
-    case 'FST_REPLY_FROM_BAD_GATEWAY':
-      return new UpstreamBadResponseError({ cause: error })
-    default:
-      return new UpstreamUnreachableError({ cause: error })
+  const code = (error as { code?: string }).code ?? ''
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return new UpstreamTimeoutError({ cause: error })
+  // llhttp's parse errors, and what Node refuses to send on: the answer was not valid HTTP.
+  if (code.startsWith('HPE_') || code === 'UND_ERR_INFO' || code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' ||
+      code === 'ERR_HTTP_INVALID_HEADER_VALUE') {
+    return new UpstreamBadResponseError({ cause: error })
   }
+  return new UpstreamUnreachableError({ cause: error })
 }
 
 function sendError (reply: FastifyReply, error: FastifyError): void {
