@@ -43,6 +43,8 @@ export function forward (dispatcher: Dispatcher, request: UpstreamRequest, res: 
       controller = c
     },
     onResponseStart (c, statusCode, headers) {
+      // An interim answer (103 Early Hints) is not the answer: wait for the final one.
+      if (statusCode < 200) return
       if (hooks.holdBack(statusCode)) {
         heldBack = true
         return

@@ -73,3 +73,35 @@ t.test('keep-alive connections to the upstream are reused', async (t) => {
   t.equal(upstream.received.length, 20)
   t.equal(connections, 1)
 })
+
+t.test('an interim 103 answer is skipped; the final answer passes through', async (t) => {
+  const upstream = await startUpstream(t, (_req, res) => {
+    res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' })
+    res.writeHead(200, { 'content-type': 'text/plain' })
+    res.end('final')
+  })
+  const { proxyUrl } = await sidecar(t, upstream.url)
+  const res = await request(proxyUrl + '/hints')
+  t.equal(res.statusCode, 200)
+  t.equal(await res.body.text(), 'final')
+})
+
+t.test('a caller that goes away mid-answer aborts the upstream request', async (t) => {
+  let closed: () => void = () => {}
+  const upstreamClosed = new Promise<void>((resolve) => { closed = resolve })
+  const upstream = await startUpstream(t, (req, res) => {
+    res.writeHead(200, { 'content-type': 'application/octet-stream' })
+    res.write(Buffer.alloc(1024))
+    req.socket.once('close', closed)
+  })
+  const { proxyUrl } = await sidecar(t, upstream.url)
+  await new Promise<void>((resolve) => {
+    const req = httpRequest(proxyUrl + '/long', (res) => {
+      res.once('data', () => { req.destroy(); resolve() })
+    })
+    req.on('error', () => {})
+    req.end()
+  })
+  await upstreamClosed
+  t.pass('the upstream connection was closed')
+})
