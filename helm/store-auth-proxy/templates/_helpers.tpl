@@ -192,6 +192,18 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
       value: {{ .Values.proxy.shutdownGraceMs | int64 | quote }}
     - name: SHUTDOWN_DELAY_MS
       value: {{ include "store-auth-proxy.shutdownDelayMs" . | quote }}
+    - name: MAX_HEADER_BYTES
+      value: {{ .Values.proxy.maxHeaderBytes | int64 | quote }}
+    - name: MAX_BODY_BYTES
+      value: {{ .Values.proxy.maxBodyBytes | int64 | quote }}
+    - name: HEADERS_TIMEOUT_MS
+      value: {{ .Values.proxy.headersTimeoutMs | int64 | quote }}
+    - name: REQUEST_TIMEOUT_MS
+      value: {{ .Values.proxy.requestTimeoutMs | int64 | quote }}
+    - name: KEEP_ALIVE_TIMEOUT_MS
+      value: {{ .Values.proxy.keepAliveTimeoutMs | int64 | quote }}
+    - name: IDLE_TIMEOUT_MS
+      value: {{ .Values.proxy.idleTimeoutMs | int64 | quote }}
     - name: ACCESS_LOG
       value: {{ .Values.proxy.accessLog | quote }}
     - name: LOG_LEVEL
