@@ -1,5 +1,16 @@
 import { readFileSync } from 'node:fs'
-import envSchema from 'env-schema'
+import { createRequire } from 'node:module'
+import type EnvSchema from 'env-schema'
+
+// env-schema compiles Ajv's meta-schema as it loads (some 50 ms): it is loaded on first
+// use, so that `main.js healthcheck`, which container runtimes run every few seconds,
+// does not pay for it.
+const require = createRequire(import.meta.url)
+let loadedEnvSchema: typeof EnvSchema | undefined
+function envSchema<T> (options: EnvSchema.EnvSchemaOpt<T>): T {
+  loadedEnvSchema ??= require('env-schema') as typeof EnvSchema
+  return loadedEnvSchema(options)
+}
 
 // Every option, its type and its default, in one place. The README's
 // configuration table mirrors this schema.

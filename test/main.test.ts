@@ -1,8 +1,12 @@
+import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
 import { runMain } from './helpers/process.js'
 import { startUpstream } from './helpers/upstream.js'
+
+/** A preload that prints, at exit, the npm packages the process loaded. */
+const LOADED_PACKAGES = fileURLToPath(new URL('./fixtures/loaded-packages.cjs', import.meta.url))
 
 async function started (t: Test, env: Record<string, string>) {
   const running = runMain(t, [], { PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1', CLIENT_ID, CLIENT_SECRET, ...env })
@@ -80,4 +84,18 @@ t.test('healthcheck: exit 0 when the URL answers 200, 1 otherwise', async (t) =>
   t.equal(await down.exited, 1, '401 is not healthy')
   const closed = runMain(t, ['healthcheck'], { ADMIN_PORT: '1' })
   t.equal(await closed.exited, 1)
+})
+
+t.test('healthcheck loads none of the sidecar\'s stack (container runtimes run it every few seconds)', async (t) => {
+  const standIn = await startStandIn(t)
+  const check = runMain(t, ['healthcheck', `${standIn.url}/healthz`], {}, ['--require', LOADED_PACKAGES])
+  t.equal(await check.exited, 0)
+  const report = /^loaded packages: (.*)$/m.exec(check.stderr())
+  t.ok(report, 'the preload reported')
+  const loaded = report?.[1]?.split(',') ?? []
+  for (const heavy of ['fastify', 'undici', 'pino', 'env-schema', 'ajv', 'prom-client']) t.notOk(loaded.includes(heavy), `${heavy} not loaded`)
+
+  const config = runMain(t, ['check-config'], { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_ID, CLIENT_SECRET }, ['--require', LOADED_PACKAGES])
+  t.equal(await config.exited, 0)
+  t.match(config.stderr(), /^loaded packages: .*env-schema/m, 'the report sees what a command loads')
 })

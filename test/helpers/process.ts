@@ -15,9 +15,9 @@ export interface Running {
 }
 
 /** Runs the built entry point (`npm test` builds it first) as a real process. */
-export function runMain (t: Test, args: string[], env: Record<string, string>): Running {
+export function runMain (t: Test, args: string[], env: Record<string, string>, nodeArgs: string[] = []): Running {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build (npm test does)`)
-  const child = spawn(process.execPath, [MAIN, ...args], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...nodeArgs, MAIN, ...args], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   child.stdout?.setEncoding('utf8').on('data', (c: string) => { out += c })
