@@ -50,12 +50,15 @@ USER 65532:65532
 # network namespace: set HOST=0.0.0.0 when it must be reached from other containers).
 # 9090: /livez, /readyz, /metrics (ADMIN_HOST defaults to 0.0.0.0).
 EXPOSE 8080 9090
-# Needs only node: `healthcheck` exits 0 when the admin /readyz answers 200.
+# Needs only node: `healthcheck` exits 0 when the admin /readyz answers 200. It loads
+# node:http alone, not the sidecar: about 0.07 s of CPU and 47 MiB per check, not 0.5 s and 77 MiB.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
   CMD ["/nodejs/bin/node", "/app/dist/main.js", "healthcheck"]
 # node is PID 1 and handles SIGTERM itself (not ready, drain, exit 0); never `npm start`,
-# which would sit between the signal and the process.
-ENTRYPOINT ["/nodejs/bin/node", "/app/dist/main.js"]
+# which would sit between the signal and the process. The flags are npm start's (a test
+# checks): a 4 MiB young-generation semi-space keeps RSS under load about 20 MiB lower at
+# the same CPU per request (bench/README.md).
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/main.js"]
 CMD ["serve"]
 
 ARG VERSION=0.1.0

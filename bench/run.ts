@@ -13,6 +13,7 @@ import { cpus, totalmem } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { writeNginxConfig } from './lib/nginx.js'
+import { shippedNodeFlags } from './lib/shipped.js'
 import {
   coreTicks, cpuOf, cpuSeconds, childrenOf, CLK_TCK, peakRssOf, resetPeakRssOf, rssOf, setPriorityAll, type Watched
 } from './lib/proc.js'
@@ -72,6 +73,7 @@ const USAGE = `usage: node dist/bench/run.js [options]
   --sidecar NAME=DIR[@NODE]  a sidecar build to measure (repeatable; default sidecar=<this repo>);
                           DIR must hold a built dist/main.js: use it for A/B runs of a changed copy;
                           @NODE runs this one with another node binary, and flags: @"/path/node --flag"
+                          (without @NODE: the node flags of DIR's "npm start", as shipped)
   --no-nginx, --no-direct leave a target out
   --node PATH             node binary (and flags) for the sidecars (default: the one running this script)
   --no-pin                do not pin with taskset
@@ -161,6 +163,8 @@ function parseOptions (argv: string[]): Options {
     }
   }
   if (o.sidecars.length === 0) o.sidecars.push({ name: 'sidecar', dir: REPO, node: undefined })
+  // Without @NODE, a sidecar runs as shipped: with the node flags of its `npm start`.
+  for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir)].join(' ')
   if (o.smoke) {
     if (!given.has('--rounds')) o.rounds = 1
     if (!given.has('--saturation-s')) o.saturationS = 1
@@ -843,7 +847,10 @@ async function main (): Promise<void> {
     if (version === undefined) die(`cannot run ${node}`)
     nodeVersions.set(node, version)
   }
-  const sidecarNode = o.sidecars.map((s) => `${s.name} ${nodeVersions.get(s.node ?? o.node) ?? '?'}`).join(', ')
+  const sidecarNode = o.sidecars.map((s) => {
+    const node = s.node ?? o.node
+    return `${s.name} ${nodeVersions.get(node) ?? '?'}${nodeCommand(node)[1].map((f) => ` ${f}`).join('')}`
+  }).join(', ')
 
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19)
   const runDir = o.out ?? join(REPO, 'bench', 'results', `${o.smoke ? 'smoke-' : ''}${stamp}`)

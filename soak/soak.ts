@@ -16,6 +16,7 @@ import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Agent, request } from 'undici'
+import { shippedNodeFlags } from '../bench/lib/shipped.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../src/config.js'
 import { createStandIn } from '../src/demo/stand-in.js'
 
@@ -95,9 +96,10 @@ const front = createServer((req, res) => {
 await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve))
 const frontUrl = `http://127.0.0.1:${(front.address() as AddressInfo).port}`
 
-// The sidecar, as it runs in production: its own process, default configuration.
+// The sidecar, as it runs in production: its own process, the shipped node flags, default configuration.
 const main = fileURLToPath(new URL('../../dist/main.js', import.meta.url))
-const sidecar = spawn(process.execPath, [main], {
+const repo = fileURLToPath(new URL('../..', import.meta.url))
+const sidecar = spawn(process.execPath, [...shippedNodeFlags(repo), main], {
   env: {
     PATH: process.env.PATH ?? '',
     AUTH_URL: frontUrl,
