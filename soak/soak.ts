@@ -1,7 +1,7 @@
 // The soak run (not part of the tests): steady traffic through a real sidecar
 // process for N minutes over short-lived tokens, while the token endpoint goes down
 // and comes back. Reports caller errors, token requests, expired tokens sent and
-// the sidecar's RSS over time.
+// the sidecar's RSS and V8 old space over time.
 //
 //   npm run soak -- --minutes 10 [--rate 100] [--token-lifetime-s 10]
 //
@@ -42,8 +42,9 @@ interface Minute {
   expiredTokensSent: number
   outageS: number
   rssMiB: number[]
+  oldSpaceMiB: number[]
 }
-const newMinute = (): Minute => ({ requests: 0, ok: 0, tokenUnavailable: 0, otherErrors: 0, tokenRequests: 0, tokenRequestsFailed: 0, expiredTokensSent: 0, outageS: 0, rssMiB: [] })
+const newMinute = (): Minute => ({ requests: 0, ok: 0, tokenUnavailable: 0, otherErrors: 0, tokenRequests: 0, tokenRequestsFailed: 0, expiredTokensSent: 0, outageS: 0, rssMiB: [], oldSpaceMiB: [] })
 
 const started = Date.now()
 const minuteOf = (at = Date.now()) => Math.min(Math.floor((at - started) / 60_000), Math.ceil(minutes) - 1)
@@ -115,17 +116,31 @@ const sidecar = spawn(process.execPath, [...shippedNodeFlags(repo), main], {
 })
 let output = ''
 sidecar.stdout.setEncoding('utf8').on('data', (c: string) => { output += c.length > 0 && output.length < 1_000_000 ? c : '' })
-const proxyUrl = await new Promise<string>((resolve, reject) => {
+const listening = (listener: string) => new Promise<string>((resolve, reject) => {
+  const pattern = new RegExp(`"listener":"${listener}","msg":"Server listening at (http://[^"]+)"`)
   const timer = setInterval(() => {
-    const m = /"listener":"proxy","msg":"Server listening at (http:\/\/[^"]+)"/.exec(output)
+    const m = pattern.exec(output)
     if (m?.[1] !== undefined) { clearInterval(timer); resolve(m[1]) }
   }, 20)
   setTimeout(() => { clearInterval(timer); reject(new Error('the sidecar did not start')) }, 10_000)
 })
+const proxyUrl = await listening('proxy')
+const adminUrl = await listening('admin')
 
 function rssMiB (): number {
   const status = readFileSync(`/proc/${sidecar.pid ?? 0}/status`, 'utf8')
   return Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]) / 1024 * 10) / 10
+}
+
+/**
+ * V8's old space in use, from the sidecar's own /metrics. Its low point in a minute is
+ * close to the live heap after the last major GC: a leak shows as a low point that climbs.
+ */
+async function oldSpaceMiB (): Promise<number | undefined> {
+  const res = await request(`${adminUrl}/metrics`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined)
+  const text = await res?.body.text()
+  const bytes = /^store_auth_proxy_nodejs_heap_space_size_used_bytes\{space="old"\} (\d+)/m.exec(text ?? '')?.[1]
+  return bytes === undefined ? undefined : Math.round(Number(bytes) / 2 ** 20 * 10) / 10
 }
 
 // Steady, evenly paced traffic; each request is bounded by a timeout.
@@ -159,12 +174,16 @@ async function one (): Promise<void> {
 
 process.stderr.write(`soak: ${minutes} min at ${rate} req/s, ${lifetimeMs / 1000}-s tokens, sidecar pid ${sidecar.pid ?? '?'}\n`)
 
-// Once a second: count the outage seconds, and sample the sidecar's RSS every 5 s.
+// Once a second: count the outage seconds, and sample the sidecar's RSS and old space every 5 s.
 let seconds = 0
 const observe = (): void => {
   if (Date.now() - started >= durationMs) return
   if (endpointDown()) row().outageS += 1
-  if (seconds % 5 === 0) row().rssMiB.push(rssMiB())
+  if (seconds % 5 === 0) {
+    const r = row()
+    r.rssMiB.push(rssMiB())
+    void oldSpaceMiB().then((mib) => { if (mib !== undefined) r.oldSpaceMiB.push(mib) })
+  }
   seconds += 1
   setTimeout(observe, 1000 * seconds - (Date.now() - started))
 }
@@ -199,14 +218,17 @@ const total = rows.reduce((a, r) => ({
   tokenRequestsFailed: a.tokenRequestsFailed + r.tokenRequestsFailed,
   expiredTokensSent: a.expiredTokensSent + r.expiredTokensSent,
   outageS: a.outageS + r.outageS,
-  rssMiB: [...a.rssMiB, ...r.rssMiB]
+  rssMiB: [...a.rssMiB, ...r.rssMiB],
+  oldSpaceMiB: [...a.oldSpaceMiB, ...r.oldSpaceMiB]
 }), newMinute())
 
+const range = (values: number[]): string => values.length === 0 ? '-' : `${Math.min(...values)}–${Math.max(...values)}`
+
 const fmt = (r: Minute, name: string) =>
-  `| ${name} | ${r.outageS} | ${r.requests} | ${r.ok} | ${r.tokenUnavailable} | ${r.otherErrors} | ${r.tokenRequests} | ${r.tokenRequestsFailed} | ${r.expiredTokensSent} | ${r.rssMiB.length === 0 ? '-' : `${Math.min(...r.rssMiB)}–${Math.max(...r.rssMiB)}`} |`
+  `| ${name} | ${r.outageS} | ${r.requests} | ${r.ok} | ${r.tokenUnavailable} | ${r.otherErrors} | ${r.tokenRequests} | ${r.tokenRequestsFailed} | ${r.expiredTokensSent} | ${range(r.rssMiB)} | ${range(r.oldSpaceMiB)} |`
 process.stdout.write([
-  '| minute | token endpoint down (s) | requests | 200 | 503 TOKEN_UNAVAILABLE | other errors | token requests | of which failed | expired tokens sent | sidecar RSS (MiB) |',
-  '|---|---|---|---|---|---|---|---|---|---|',
+  '| minute | token endpoint down (s) | requests | 200 | 503 TOKEN_UNAVAILABLE | other errors | token requests | of which failed | expired tokens sent | sidecar RSS (MiB) | V8 old space in use (MiB) |',
+  '|---|---|---|---|---|---|---|---|---|---|---|',
   ...rows.map((r, i) => fmt(r, String(i + 1))),
   fmt(total, '**all**'),
   '',
