@@ -31,6 +31,10 @@ t.test('neither the client secret nor any access token appears in any log line, 
   t.notMatch(text, 'Y2FsbGVyOnBhc3M=', 'nor the caller\'s credentials')
   for (const token of tokens) t.notMatch(text, token)
   t.ok(logs.entries().some((e) => e.msg === 'request' && e.url === '/a?x=1' && e.statusCode === 200), 'access line when ACCESS_LOG=true')
+  const access = logs.entries().filter((e) => e.msg === 'request')
+  t.equal(access.length, 3)
+  t.equal(new Set(access.map((e) => e.reqId)).size, 3, 'each access line names its request')
+  t.ok(access.every((e) => typeof e.reqId === 'string' && e.listener === 'proxy'))
 })
 
 t.test('token-endpoint error bodies are never logged raw, even when they echo the secret', async (t) => {

@@ -52,13 +52,16 @@ t.test('a body that stalls past UPSTREAM_TIMEOUT_MS: the caller\'s connection is
 
 t.test('a reset before the answer: 502, and the request is not retried', async (t) => {
   const upstream = await startUpstream(t, (req) => { req.socket.destroy() })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl, logs } = await sidecar(t, upstream.url)
   for (const method of ['GET', 'PUT'] as const) {
     const res = await request(proxyUrl + '/reset', { method, ...(method === 'PUT' ? { body: 'x' } : {}) })
     t.equal(res.statusCode, 502, method)
     t.same(await res.body.json(), { error: 'UPSTREAM_UNREACHABLE', message: 'the upstream could not be reached' })
   }
   t.equal(upstream.received.length, 2, 'one upstream attempt per request')
+  const warnings = logs.entries().filter((e) => e.msg === 'upstream request failed')
+  t.equal(warnings.length, 2, 'one warning per failed request')
+  t.equal(new Set(warnings.map((e) => e.reqId)).size, 2, 'each names its request')
 })
 
 t.test('keep-alive connections to the upstream are reused', async (t) => {
