@@ -72,6 +72,7 @@ const USAGE = `usage: node dist/bench/run.js [options]
   --workloads LIST        any of saturation,rate,stream,startup (default all)
   --sidecar NAME=DIR[@NODE]  a sidecar build to measure (repeatable; default sidecar=<this repo>);
                           DIR must hold a built dist/main.js: use it for A/B runs of a changed copy;
+                          or a script instead of DIR, e.g. a floor: dist/bench/floors/node-floor.js;
                           @NODE runs this one with another node binary, and flags: @"/path/node --flag"
                           (without @NODE: the node flags of DIR's "npm start", as shipped)
   --no-nginx, --no-direct leave a target out
@@ -164,7 +165,7 @@ function parseOptions (argv: string[]): Options {
   }
   if (o.sidecars.length === 0) o.sidecars.push({ name: 'sidecar', dir: REPO, node: undefined })
   // Without @NODE, a sidecar runs as shipped: with the node flags of its `npm start`.
-  for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir)].join(' ')
+  for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir.endsWith('.js') ? REPO : s.dir)].join(' ')
   if (o.smoke) {
     if (!given.has('--rounds')) o.rounds = 1
     if (!given.has('--saturation-s')) o.saturationS = 1
@@ -335,6 +336,11 @@ function sidecarEnv (env: Env, port: number, adminPort: number): NodeJS.ProcessE
   }
 }
 
+/** What a sidecar target runs: DIR/dist/main.js, or the script itself when a .js file is given (bench/floors/). */
+function entryPoint (dir: string): string {
+  return dir.endsWith('.js') ? dir : join(dir, 'dist', 'main.js')
+}
+
 /** A node command line: the binary, then any flags given with it ("node --max-semi-space-size=4"). */
 function nodeCommand (node: string): [string, string[]] {
   const [bin, ...flags] = node.trim().split(/\s+/)
@@ -343,7 +349,7 @@ function nodeCommand (node: string): [string, string[]] {
 
 function sidecarArgs (env: Env, dir: string, name: string, flags: string[]): string[] {
   const prof = env.o.cpuProf === undefined ? [] : ['--cpu-prof', '--cpu-prof-dir', join(env.o.cpuProf, name)]
-  return [...flags, ...prof, join(dir, 'dist', 'main.js')]
+  return [...flags, ...prof, entryPoint(dir)]
 }
 
 async function startSidecar (env: Env, name: string, dir: string, node: string): Promise<{ target: Target, process: Spawned }> {
@@ -644,7 +650,7 @@ async function startup (env: Env, name: string, dir: string, node: string, i: nu
   const adminPort = await freePort()
   const started = performance.now()
   const [bin, flags] = nodeCommand(node)
-  const p = launch(`${name}-startup-${i}`, bin, [...flags, join(dir, 'dist', 'main.js')], {
+  const p = launch(`${name}-startup-${i}`, bin, [...flags, entryPoint(dir)], {
     env: sidecarEnv(env, port, adminPort), logDir: env.logDir, ...(env.proxyCore === undefined ? {} : { core: env.proxyCore })
   })
   await waitFor(`${name} to listen`, () => tcpAccepts(port), 15_000, 1)
@@ -839,7 +845,7 @@ async function main (): Promise<void> {
   ].filter((x) => x !== undefined)
   if (missing.length > 0) die(`missing: ${missing.join(', ')}. Install with: apt-get install -y wrk nginx`)
   for (const s of o.sidecars) {
-    if (!existsSync(join(s.dir, 'dist', 'main.js'))) die(`${s.name}: ${s.dir}/dist/main.js not found: run npm run build there`)
+    if (!existsSync(entryPoint(s.dir))) die(`${s.name}: ${entryPoint(s.dir)} not found: run npm run build there`)
   }
   const nodeVersions = new Map<string, string>()
   for (const node of new Set([o.node, ...o.sidecars.map((s) => s.node ?? o.node)])) {
