@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parse } from 'yaml'
+import { shippedNodeFlags } from '../../bench/lib/shipped.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, trimCredential } from '../../src/config.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -87,14 +88,6 @@ t.test('compose: exec-form healthchecks gate the start order', async (t) => {
   t.same(services.caller?.depends_on, { 'stand-in': { condition: 'service_healthy' } })
 })
 
-/** The node flags of `npm start`: `node --max-semi-space-size=4 dist/main.js`. */
-function shippedNodeFlags (): string[] {
-  const start = (JSON.parse(read('package.json')) as { scripts: { start: string } }).scripts.start
-  const flags = /^node ((?:--\S+ )*)dist\/main\.js$/.exec(start)?.[1]
-  if (flags === undefined) throw new Error(`unexpected npm start: ${start}`)
-  return flags.split(' ').filter((flag) => flag !== '')
-}
-
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {
   const dockerfile = read('Dockerfile')
   const from = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1])
@@ -103,7 +96,7 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
   t.match(runtime, /^EXPOSE 8080 9090$/m)
   const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1]
-  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...shippedNodeFlags(), '/app/dist/main.js'],
+  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...shippedNodeFlags(ROOT), '/app/dist/main.js'],
     'node itself, exec form, with the node flags of npm start (which the benchmark measures)')
   t.match(runtime, /^HEALTHCHECK [^\n]*(\\\n[^\n]*)*CMD \["\/nodejs\/bin\/node", "\/app\/dist\/main\.js", "healthcheck"\]$/m, 'an exec-form healthcheck')
   t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
