@@ -1,11 +1,15 @@
+import type { IncomingMessage } from 'node:http'
+import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
-import { Pool, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin.js'
 import type { Clock } from './clock.js'
 import type { Config } from './config.js'
-import { createMetrics, type Metrics } from './metrics.js'
-import proxy from './proxy.js'
+import { createMetrics, methodLabel, type Metrics } from './metrics.js'
+import { BadRequestError, MethodNotAllowedError } from './errors.js'
+import { createUpstream } from './forward.js'
+import proxy, { observeExchange, sendError } from './proxy.js'
 import { createCredentialReader, type ReadFile } from './token/credentials.js'
 import { createTokenClient } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
@@ -63,19 +67,22 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     ...(random === undefined ? {} : { random })
   })
 
-  // One keep-alive pool to the upstream origin. TLS is verified (undici's default,
-  // stated here so no option of the proxy library can turn it off).
-  const upstream = new Pool(new URL(config.upstreamUrl).origin, {
+  // One keep-alive pool to the upstream origin, TLS verified, with a bounded queue.
+  const upstream = createUpstream({
+    url: config.upstreamUrl,
     connections: UPSTREAM_CONNECTIONS,
-    headersTimeout: config.upstreamTimeoutMs,
-    bodyTimeout: config.upstreamTimeoutMs,
-    connect: { rejectUnauthorized: true, timeout: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstreamTimeoutMs) }
+    connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstreamTimeoutMs),
+    timeoutMs: config.upstreamTimeoutMs,
+    queueLimit: config.upstreamQueueLimit,
+    queueTimeoutMs: config.upstreamQueueTimeoutMs,
+    queueGauge: metrics.upstreamQueued
   })
 
   let draining = false
 
+  const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
-    loggerInstance: log.child({ listener: 'proxy' }) as FastifyBaseLogger,
+    loggerInstance: proxyLog as FastifyBaseLogger,
     // Fastify's own per-request lines are off; proxy.ts writes one access line when ACCESS_LOG is on.
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
@@ -90,13 +97,30 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     },
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
-    connectionTimeout: config.idleTimeoutMs
+    connectionTimeout: config.idleTimeoutMs,
+    // A path whose percent-encoding does not decode (`/%zz`) fails in the router, before
+    // any hook: answer it like every other refusal, counted and logged, the URL not echoed.
+    frameworkErrors: (error, request, reply) => {
+      observeExchange(request, reply.raw, metrics, config.accessLog)
+      sendError(reply, error.code === 'FST_ERR_BAD_URL'
+        ? new BadRequestError('the request path has invalid percent-encoding')
+        : new BadRequestError('the request could not be routed'), metrics)
+    }
+  })
+  // Node hands CONNECT to a 'connect' listener, or drops the connection without a word.
+  proxyServer.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+    const body = JSON.stringify({ error: 'METHOD_NOT_ALLOWED', message: new MethodNotAllowedError('CONNECT').message })
+    metrics.errors.inc({ code: 'METHOD_NOT_ALLOWED' })
+    metrics.requests.inc({ method: methodLabel('CONNECT'), status_class: '4xx', outcome: 'completed' })
+    if (config.accessLog) proxyLog.info({ method: 'CONNECT', url: req.url, statusCode: 405, outcome: 'completed' }, 'request')
+    socket.end('HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\n' +
+      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
   })
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    dispatcher: upstream,
+    upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes
   })

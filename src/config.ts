@@ -26,6 +26,8 @@ export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000
 export const DEFAULT_REQUEST_TIMEOUT_MS = 300_000
 export const DEFAULT_KEEP_ALIVE_TIMEOUT_MS = 72_000
 export const DEFAULT_IDLE_TIMEOUT_MS = 120_000
+export const DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS = 5_000
+export const DEFAULT_UPSTREAM_QUEUE_LIMIT = 1_000
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
@@ -58,6 +60,8 @@ const schema = {
     REQUEST_TIMEOUT_MS: durationMs(DEFAULT_REQUEST_TIMEOUT_MS),
     KEEP_ALIVE_TIMEOUT_MS: durationMs(DEFAULT_KEEP_ALIVE_TIMEOUT_MS),
     IDLE_TIMEOUT_MS: durationMs(DEFAULT_IDLE_TIMEOUT_MS),
+    UPSTREAM_QUEUE_TIMEOUT_MS: durationMs(DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS),
+    UPSTREAM_QUEUE_LIMIT: { type: 'integer', minimum: 0, maximum: 100_000, default: DEFAULT_UPSTREAM_QUEUE_LIMIT },
     ACCESS_LOG: { type: 'boolean', default: false },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
   }
@@ -86,6 +90,8 @@ interface RawEnv {
   REQUEST_TIMEOUT_MS: number
   KEEP_ALIVE_TIMEOUT_MS: number
   IDLE_TIMEOUT_MS: number
+  UPSTREAM_QUEUE_TIMEOUT_MS: number
+  UPSTREAM_QUEUE_LIMIT: number
   ACCESS_LOG: boolean
   LOG_LEVEL: LogLevel
 }
@@ -120,6 +126,10 @@ export interface Config {
   readonly keepAliveTimeoutMs: number
   /** A connection with no traffic either way for this long is closed (a caller that stopped reading). */
   readonly idleTimeoutMs: number
+  /** How long a request may wait for a connection to the upstream before 503 UPSTREAM_BUSY. */
+  readonly upstreamQueueTimeoutMs: number
+  /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
+  readonly upstreamQueueLimit: number
   readonly accessLog: boolean
   readonly logLevel: LogLevel
 }
@@ -162,9 +172,10 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
   if (typed && raw.HEADERS_TIMEOUT_MS > raw.REQUEST_TIMEOUT_MS) {
     problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
   }
-  if (typed && raw.IDLE_TIMEOUT_MS <= raw.UPSTREAM_TIMEOUT_MS) {
-    // Waiting for a slow upstream leaves the caller's connection idle too.
-    problems.push('IDLE_TIMEOUT_MS: must exceed UPSTREAM_TIMEOUT_MS')
+  if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS) {
+    // A caller's connection is silent while its request waits for a token, for an upstream
+    // connection and for the answer: closing it sooner would leave the caller without a status line.
+    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS')
   }
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
@@ -193,6 +204,8 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
     keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
     idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
+    upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
+    upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
     accessLog: raw.ACCESS_LOG,
     logLevel: raw.LOG_LEVEL
   })

@@ -9,6 +9,9 @@ export const TokenUnavailableError = createError(
 export const UpstreamUnreachableError = createError(
   'UPSTREAM_UNREACHABLE', 'the upstream could not be reached', 502)
 
+export const UpstreamBusyError = createError(
+  'UPSTREAM_BUSY', 'every connection to the upstream is busy; retry later', 503)
+
 export const UpstreamTimeoutError = createError(
   'UPSTREAM_TIMEOUT', 'the upstream did not answer in time', 504)
 
@@ -31,7 +34,7 @@ export const InternalError = createError(
   'INTERNAL_ERROR', 'the sidecar failed to handle the request', 500)
 
 const OWN_ERRORS = [
-  TokenUnavailableError, UpstreamUnreachableError, UpstreamTimeoutError, UpstreamBadResponseError,
+  TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
   BadRequestError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, InternalError
 ]
 

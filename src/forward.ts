@@ -1,79 +1,264 @@
 import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
-import type { Dispatcher } from 'undici'
+import { buildConnector, Pool, type Dispatcher } from 'undici'
+import { UpstreamBadResponseError, UpstreamBusyError } from './errors.js'
 import { callerResponseHeaders } from './http-rules.js'
 
 export interface UpstreamRequest {
   method: string
   /** Path and query, as they go on the wire. */
   path: string
-  headers: Record<string, string | string[] | undefined>
+  /** Flat name/value list, in the caller's order and spelling (see http-rules.ts). */
+  headers: string[]
   body: Readable | Buffer | null
 }
 
+/** The upstream's final answer, read whole instead of being sent (see ForwardHooks.holdBack). */
+export interface HeldAnswer {
+  statusCode: number
+  headers: Record<string, string | string[] | undefined>
+  body: Buffer
+}
+
 export interface ForwardHooks {
-  /** The upstream answered `statusCode`: return true to hold that answer back (its body is drained, not sent). */
+  /**
+   * The upstream answered `statusCode`: return true to hold the answer back. It is then
+   * read whole (up to HOLD_BACK_MAX_BYTES; past that it is sent after all) and handed
+   * to `heldBack` instead of being written to the caller.
+   */
   holdBack: (statusCode: number) => boolean
-  /** The held-back answer has been drained: the caller still waits for an answer. */
-  afterHeldBack: () => void
-  /** The upstream failed before anything was sent to the caller: the caller still waits for an answer. */
+  /** The held-back answer, complete: the caller still waits for an answer. */
+  heldBack: (answer: HeldAnswer) => void
+  /** Nothing was sent to the caller and nothing will be: the caller still waits for an answer. */
   failed: (err: Error) => void
   /** The upstream's answer is being written to the caller, directly from here on. */
   started: () => void
+  /** The upstream failed after the status line went out: the caller's connection is cut. */
+  truncated: () => void
 }
 
-/**
- * One request to the upstream through undici's dispatch API, its answer written
- * straight to the caller's response: status, end-to-end headers, and the body chunk
- * by chunk with backpressure both ways. No intermediate stream, no copy of the body
- * (bench/README.md: this path costs about half the CPU of piping through
- * @fastify/reply-from). A caller that goes away aborts the upstream request; an
- * upstream that fails mid-answer destroys the caller's connection, so a truncated
- * body is never passed off as complete.
- */
-export function forward (dispatcher: Dispatcher, request: UpstreamRequest, res: ServerResponse, hooks: ForwardHooks): void {
-  let heldBack = false
-  let controller: Dispatcher.DispatchController | undefined
-  const callerGone = (): void => { controller?.abort(new Error('the caller closed the connection')) }
-  const done = (): void => { res.removeListener('close', callerGone) }
-  res.once('close', callerGone)
+/** A held-back answer (a 401 that may be replayed) larger than this is sent as it comes. */
+export const HOLD_BACK_MAX_BYTES = 64 * 1024
 
-  dispatcher.dispatch(request, {
-    onRequestStart (c) {
-      controller = c
-    },
-    onResponseStart (c, statusCode, headers) {
-      // An interim answer (103 Early Hints) is not the answer: wait for the final one.
-      if (statusCode < 200) return
-      if (hooks.holdBack(statusCode)) {
-        heldBack = true
+export interface UpstreamOptions {
+  url: string
+  connections: number
+  connectTimeoutMs: number
+  /** For the final answer's status line, and for every pause within its body. */
+  timeoutMs: number
+  /** How many requests may wait for a connection; more get 503 UPSTREAM_BUSY at once. */
+  queueLimit: number
+  /** How long a request may wait for a connection before it gets 503 UPSTREAM_BUSY. */
+  queueTimeoutMs: number
+  /** Reports how many requests wait for a connection. */
+  queueGauge?: { inc: () => void, dec: () => void }
+}
+
+const statusOnly = (statusCode: number): boolean => statusCode === 204 || statusCode === 304
+
+/**
+ * The upstream: one keep-alive pool, with a bounded wait for a connection, and one
+ * request at a time through undici's dispatch API, its answer written straight to
+ * the caller's response: status, end-to-end headers, and the body chunk by chunk
+ * with backpressure both ways (bench/README.md: half the CPU of piping through
+ * @fastify/reply-from).
+ *
+ * Guarantees: a request whose caller has gone before it reached a connection is
+ * never written to one; a request that waited too long for a connection is never
+ * sent and its caller gets 503; an upstream that fails mid-answer cuts the caller's
+ * connection, so a truncated body is never passed off as complete.
+ */
+export function createUpstream (options: UpstreamOptions) {
+  const { url, connections, connectTimeoutMs, timeoutMs, queueLimit, queueTimeoutMs, queueGauge } = options
+
+  // undici takes an ECONNRESET on a connection that will not be kept alive as the end of
+  // the message (client-h1 onHttpSocketError, for a macOS quirk). For an answer whose end
+  // is the connection's close, that would pass a reset mid-body off as a complete answer
+  // (RFC 9112 §8: an incomplete message must be seen as incomplete). This listener runs
+  // just before undici's on the same socket, so `resetting` is true exactly while undici
+  // ends the message on a reset.
+  let resetting = false
+  const endResetting = (): void => { resetting = false }
+  const onSocketError = (err: NodeJS.ErrnoException): void => {
+    if (err.code !== 'ECONNRESET') return
+    resetting = true
+    process.nextTick(endResetting)
+  }
+  // TLS is verified (undici's default, stated here so nothing else can turn it off).
+  const connector = buildConnector({ rejectUnauthorized: true, timeout: connectTimeoutMs })
+  const pool = new Pool(new URL(url).origin, {
+    connections,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+    connect (connectOptions, callback) {
+      connector(connectOptions, (...args) => {
+        const socket = args[1]
+        if (socket != null) (socket as Socket).on('error', onSocketError)
+        callback(...args)
+      })
+    }
+  })
+
+  let queued = 0
+
+  /** Whether every connection is open and busy: only then is waiting for one "busy". */
+  function saturated (): boolean {
+    const stats = pool.stats
+    return stats.connected >= connections && stats.free === 0
+  }
+
+  function forward (request: UpstreamRequest, res: ServerResponse, hooks: ForwardHooks): void {
+    if (queued >= queueLimit && saturated()) {
+      hooks.failed(new UpstreamBusyError())
+      return
+    }
+    let waiting = true
+    let expired = false
+    let callerLeft = false
+    let controller: Dispatcher.DispatchController | undefined
+    let finalTimer: NodeJS.Timeout | undefined
+    let queueTimer: NodeJS.Timeout | undefined
+    let held: { statusCode: number, headers: HeldAnswer['headers'], chunks: Buffer[], bytes: number } | undefined
+    let closeDelimited = false
+
+    queued += 1
+    queueGauge?.inc()
+    const leaveQueue = (): void => {
+      if (!waiting) return
+      waiting = false
+      queued -= 1
+      queueGauge?.dec()
+      clearTimeout(queueTimer)
+    }
+    const expire = (): void => {
+      if (!waiting) return
+      // Still connecting rather than waiting for a busy connection: the connect timeout bounds that.
+      if (!saturated()) {
+        queueTimer = setTimeout(expire, queueTimeoutMs)
         return
       }
+      expired = true
+      leaveQueue()
+      hooks.failed(new UpstreamBusyError())
+    }
+    queueTimer = setTimeout(expire, queueTimeoutMs)
+
+    const callerGone = (): void => {
+      callerLeft = true
+      // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
+      controller?.abort(new Error('the caller closed the connection'))
+    }
+    const done = (): void => {
+      leaveQueue()
+      clearTimeout(finalTimer)
+      res.removeListener('close', callerGone)
+    }
+    res.once('close', callerGone)
+
+    /** Writes the status line and headers; false if Node refuses them (not valid HTTP). */
+    const writeHead = (c: Dispatcher.DispatchController, statusCode: number, headers: HeldAnswer['headers']): boolean => {
       try {
         res.writeHead(statusCode, callerResponseHeaders(headers))
       } catch (err) {
-        // A status or header value Node refuses to send: the answer is not valid HTTP.
-        c.abort(err as Error)
-        return
+        c.abort(new UpstreamBadResponseError({ cause: err }))
+        return false
       }
       hooks.started()
-    },
-    onResponseData (c, chunk) {
-      if (heldBack) return
+      return true
+    }
+
+    const write = (c: Dispatcher.DispatchController, chunk: Buffer): void => {
       if (!res.write(chunk)) {
         c.pause()
         res.once('drain', () => { c.resume() })
       }
-    },
-    onResponseEnd () {
-      done()
-      if (heldBack) hooks.afterHeldBack()
-      else res.end()
-    },
-    onResponseError (_c, err) {
-      done()
-      if (res.headersSent) res.destroy(err)
-      else if (!res.destroyed) hooks.failed(err)
     }
-  })
+
+    pool.dispatch(request, {
+      onRequestStart (c) {
+        // Dropped before a single byte is written, if its caller has gone or was answered 503.
+        if (expired || callerLeft) {
+          c.abort(new Error('the request left the queue unsent'))
+          return
+        }
+        leaveQueue()
+        controller = c
+        // undici's headersTimeout restarts on every interim answer; this bounds the final one.
+        finalTimer = setTimeout(() => {
+          c.abort(Object.assign(new Error('no final answer in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))
+        }, timeoutMs)
+      },
+      onResponseStart (c, statusCode, headers) {
+        if (statusCode < 100 || statusCode > 999) {
+          c.abort(new UpstreamBadResponseError())
+          return
+        }
+        // An interim answer (103 Early Hints) is not the answer: wait for the final one.
+        if (statusCode < 200) return
+        clearTimeout(finalTimer)
+        closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
+          request.method !== 'HEAD' && !statusOnly(statusCode)
+        if (hooks.holdBack(statusCode)) {
+          held = { statusCode, headers, chunks: [], bytes: 0 }
+          return
+        }
+        writeHead(c, statusCode, headers)
+      },
+      onResponseData (c, chunk) {
+        if (held !== undefined) {
+          held.chunks.push(chunk)
+          held.bytes += chunk.length
+          if (held.bytes <= HOLD_BACK_MAX_BYTES) return
+          // Too large to hold: send it as it comes after all.
+          const { statusCode, headers, chunks } = held
+          held = undefined
+          if (writeHead(c, statusCode, headers)) for (const part of chunks) write(c, part)
+          return
+        }
+        write(c, chunk)
+      },
+      onResponseEnd () {
+        const reset = resetting
+        done()
+        if (closeDelimited && reset) {
+          hooks.truncated()
+          res.destroy()
+          return
+        }
+        if (held !== undefined) hooks.heldBack({ statusCode: held.statusCode, headers: callerResponseHeaders(held.headers), body: Buffer.concat(held.chunks) })
+        else res.end()
+      },
+      onResponseError (_c, err) {
+        done()
+        if (expired || callerLeft) return
+        if (res.headersSent) {
+          hooks.truncated()
+          res.destroy(err)
+        } else if (!res.destroyed) {
+          hooks.failed(err)
+        }
+      }
+    })
+  }
+
+  return {
+    forward,
+    /** Requests waiting for a connection. */
+    queued: () => queued,
+    close: () => pool.close()
+  }
+}
+
+export type Upstream = ReturnType<typeof createUpstream>
+
+/** Sends a held-back answer to the caller after all. */
+export function sendHeld (res: ServerResponse, answer: HeldAnswer): void {
+  try {
+    res.writeHead(answer.statusCode, answer.headers)
+  } catch (err) {
+    res.destroy(err as Error)
+    return
+  }
+  res.end(answer.body)
 }

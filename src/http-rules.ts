@@ -29,13 +29,40 @@ function dropHopByHop (headers: Headers): void {
 }
 
 /**
- * Headers sent upstream: the caller's own Authorization never passes through;
- * the sidecar's token replaces it. Mutates and returns the (already copied) object.
+ * The header list sent upstream, built from the caller's raw list: same order,
+ * same spelling, repeated fields kept as they came (Node's parsed object would
+ * drop or join them). Left out: hop-by-hop fields and those named in
+ * `Connection`, the caller's `Host` (the upstream's own is sent) and
+ * `Authorization` (the sidecar's token replaces it), and `Content-Length` when
+ * no body is forwarded.
  */
-export function upstreamRequestHeaders<H extends Headers> (headers: H, authorization: string): H {
-  dropHopByHop(headers)
-  ;(headers as Headers).authorization = authorization
-  return headers
+export function upstreamRequestHeaders (
+  rawHeaders: readonly string[], connection: Headers[string], host: string, authorization: string, withBody: boolean
+): string[] {
+  const named = connection === undefined ? undefined : new Set(connectionOptions(connection))
+  const out = ['host', host, 'authorization', authorization]
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    const lower = name.toLowerCase()
+    if (HOP_BY_HOP.has(lower) || lower === 'host' || lower === 'authorization' || named?.has(lower) === true) continue
+    if (!withBody && lower === 'content-length') continue
+    out.push(name, rawHeaders[i + 1] as string)
+  }
+  return out
+}
+
+/**
+ * Why a request's header list must not be forwarded, or undefined. Node keeps the
+ * first of repeated `Host` fields; RFC 9112 §3.2 says to answer 400 instead, since
+ * the two may be read differently along the way.
+ */
+export function requestHeadersProblem (rawHeaders: readonly string[]): string | undefined {
+  let hosts = 0
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return 'the request has more than one Host header'
+  }
+  return undefined
 }
 
 /** Headers sent back to the caller: everything end-to-end, untouched. */

@@ -13,9 +13,17 @@ export function methodLabel (method: string): string {
 
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx']
 
-export function statusClass (statusCode: number): string {
+/** The class of the status line sent, or `none` when the caller got no status line. */
+export function statusClass (statusCode: number | undefined): string {
+  if (statusCode === undefined) return 'none'
   return STATUS_CLASSES[Math.floor(statusCode / 100) - 1] ?? 'other'
 }
+
+/**
+ * How an exchange with a caller ended: the answer went out whole, the caller went
+ * away first, or the upstream failed mid-answer and the caller's connection was cut.
+ */
+export type Outcome = 'completed' | 'aborted' | 'truncated'
 
 export function createMetrics ({ defaultMetrics = true } = {}) {
   const registry = new Registry()
@@ -40,8 +48,8 @@ export function createMetrics ({ defaultMetrics = true } = {}) {
   })
   const requests = new Counter({
     name: `${METRIC_PREFIX}requests_total`,
-    help: 'Proxied requests, by method and status class of the answer.',
-    labelNames: ['method', 'status_class'] as const,
+    help: 'Proxied requests, by method, class of the status line sent (none if none was) and outcome (completed, aborted, truncated).',
+    labelNames: ['method', 'status_class', 'outcome'] as const,
     registers: [registry]
   })
   const requestDuration = new Histogram({
@@ -56,7 +64,19 @@ export function createMetrics ({ defaultMetrics = true } = {}) {
     registers: [registry]
   })
 
-  return { registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight }
+  const errors = new Counter({
+    name: `${METRIC_PREFIX}errors_total`,
+    help: 'Answers the sidecar made itself on the proxy port, by error code.',
+    labelNames: ['code'] as const,
+    registers: [registry]
+  })
+  const upstreamQueued = new Gauge({
+    name: `${METRIC_PREFIX}upstream_queued_requests`,
+    help: 'Requests waiting for a connection to the upstream.',
+    registers: [registry]
+  })
+
+  return { registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight, errors, upstreamQueued }
 }
 
 export type Metrics = ReturnType<typeof createMetrics>

@@ -1,19 +1,31 @@
-import { Transform, type Readable } from 'node:stream'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Duplex, Readable } from 'node:stream'
+import { Transform } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
-import type { Dispatcher } from 'undici'
 import {
-  BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamTimeoutError,
-  UpstreamUnreachableError, type ErrorBody
+  BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamBusyError,
+  UpstreamTimeoutError, UpstreamUnreachableError, type ErrorBody
 } from './errors.js'
-import { forward } from './forward.js'
-import { requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
-import { methodLabel, statusClass, type Metrics } from './metrics.js'
+import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
+import { requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
+import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
 import type { Token, TokenManager } from './token/token-manager.js'
+
+/** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
+export interface Exchange {
+  /** The caller's connection closed before its answer ended. */
+  gone: boolean
+  /** The upstream failed mid-answer and the caller's connection was cut. */
+  truncated: boolean
+  /** Bytes of REPLAY_BUFFER_TOTAL_BYTES this request holds. */
+  reservedBytes: number
+}
 
 declare module 'fastify' {
   interface FastifyRequest {
+    exchange: Exchange
     /** The token this request is forwarded with; set by the preHandler before any forwarding. */
     token: Token | null
     /** A small body kept whole, so the request can be replayed once after a 401. */
@@ -31,6 +43,20 @@ declare module 'fastify' {
  * Larger bodies stream through and a 401 goes back to the caller.
  */
 export const REPLAY_BODY_MAX_BYTES = 64 * 1024
+/**
+ * At most this much is held for replays at once, whatever the number of callers:
+ * beyond it, small bodies stream like large ones (bounding the memory a burst of
+ * uploads can take; the Helm chart's memory limit relies on it).
+ */
+export const REPLAY_BUFFER_TOTAL_BYTES = 8 * 1024 * 1024
+/**
+ * After the answer to a request whose body is still arriving (an upstream that
+ * answered early, e.g. its own 413), the rest of the body is read and discarded for
+ * at most this long, so the caller can read the answer, then the connection is closed.
+ */
+export const DISCARD_BODY_MS = 2_000
+/** Retry-After of a 503 UPSTREAM_BUSY. */
+export const BUSY_RETRY_AFTER_S = 1
 
 /** The REST methods forwarded; TRACE is refused because the upstream would echo the injected token back. */
 export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT']
@@ -39,72 +65,106 @@ export interface ProxyOptions {
   upstreamUrl: string
   tokens: TokenManager
   metrics: Metrics
-  /** The undici pool to the upstream, owned by the caller (TLS verification and timeouts are set there). */
-  dispatcher: Dispatcher
+  /** The upstream pool, owned by the caller (TLS verification, timeouts and the queue bound are set there). */
+  upstream: Upstream
   accessLog: boolean
   /** 0 for no limit. */
   maxBodyBytes: number
 }
 
-async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, dispatcher, accessLog, maxBodyBytes } = options
+/**
+ * Counts and logs one exchange when its answer closes, finished or not: the status
+ * line actually sent (none when the caller got none) and how the exchange ended.
+ * Used by the proxy scope's onRequest hook and for the answers Fastify makes
+ * before any route runs (bad URL, CONNECT).
+ */
+export function observeExchange (
+  request: FastifyRequest, res: ServerResponse, metrics: Metrics, accessLog: boolean, release: (exchange: Exchange) => void = () => {}
+): Exchange {
+  const exchange: Exchange = { gone: false, truncated: false, reservedBytes: 0 }
+  const started = performance.now()
+  metrics.requestsInFlight.inc()
+  res.once('close', () => {
+    metrics.requestsInFlight.dec()
+    const durationMs = performance.now() - started
+    const status = res.headersSent ? res.statusCode : undefined
+    const outcome: Outcome = res.writableFinished ? 'completed' : exchange.truncated ? 'truncated' : 'aborted'
+    if (outcome !== 'completed') exchange.gone = true
+    release(exchange)
+    metrics.requests.inc({ method: methodLabel(request.method), status_class: statusClass(status), outcome })
+    metrics.requestDuration.observe(durationMs / 1000)
+    if (accessLog) {
+      request.log.info({
+        method: request.method,
+        url: request.url,
+        statusCode: status ?? null,
+        outcome,
+        durationMs: Math.round(durationMs * 10) / 10
+      }, 'request')
+    }
+  })
+  return exchange
+}
 
+async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
+  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes } = options
+  let replayBytes = 0
+  const release = (exchange: Exchange): void => {
+    replayBytes -= exchange.reservedBytes
+    exchange.reservedBytes = 0
+  }
+
+  app.decorateRequest('exchange', null as unknown as Exchange)
   app.decorateRequest('token', null)
   app.decorateRequest('replayBody', null)
   app.decorateRequest('upstreamPath', null)
   app.decorateRequest('replayed', false)
   app.setErrorHandler(errorHandler)
   app.setNotFoundHandler((request, reply) => {
-    sendError(reply, new MethodNotAllowedError(methodLabel(request.method)))
+    sendError(reply, new MethodNotAllowedError(request.method), metrics)
   })
+  // The proxy never parses, decodes or re-encodes a body, whatever its type: every
+  // body reaches the preHandler as the caller's byte stream (MAX_BODY_BYTES is the
+  // only limit). http-proxy's own parsers cover only JSON and the catch-all; Fastify's
+  // text/plain one would remain, with its 1 MiB limit and its UTF-8 decoding.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, payload, done) => { done(null, payload) })
 
   app.addHook('onRequest', function observe (request, reply, done) {
-    const started = performance.now()
-    metrics.requestsInFlight.inc()
-    // 'close' fires for finished and aborted answers alike, so the gauge never leaks.
-    reply.raw.once('close', () => {
-      metrics.requestsInFlight.dec()
-      const durationMs = performance.now() - started
-      const status = reply.raw.statusCode
-      metrics.requests.inc({ method: methodLabel(request.method), status_class: statusClass(status) })
-      metrics.requestDuration.observe(durationMs / 1000)
-      if (accessLog) {
-        request.log.info({
-          method: request.method,
-          url: request.url,
-          statusCode: status,
-          durationMs: Math.round(durationMs * 10) / 10,
-          completed: reply.raw.writableFinished
-        }, 'request')
-      }
-    })
-    const problem = requestTargetProblem(request.url)
+    request.exchange = observeExchange(request, reply.raw, metrics, accessLog, release)
+    const problem = requestTargetProblem(request.url) ?? requestHeadersProblem(request.raw.rawHeaders)
     if (problem !== undefined) {
       done(new BadRequestError(problem))
       return
     }
+    // Fastify checks a Content-Type's syntax before any parser runs (415 for `foo`); the
+    // type is the upstream's business. It is still forwarded: headers go from rawHeaders.
+    delete request.raw.headers['content-type']
     done()
   })
 
   app.route({
     method: 'TRACE',
     url: '/*',
-    handler: (request, reply) => { sendError(reply, new MethodNotAllowedError(request.method)) }
+    handler: (request, reply) => { sendError(reply, new MethodNotAllowedError(request.method), metrics) }
   })
 
   /** preHandler: check the body size, keep a small body for a replay, and get the token. */
-  function prepare (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction): void {
+  function prepare (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
     const body = request.body as Readable | undefined
     if (body === undefined) {
       acquireToken(request, done)
       return
     }
+    discardAfterAnswer(request.raw, reply)
     const length = contentLength(request)
     if (maxBodyBytes > 0 && length !== undefined && length > maxBodyBytes) {
       done(new BodyTooLargeError(maxBodyBytes))
       return
     }
-    if (length !== undefined && length <= REPLAY_BODY_MAX_BYTES) {
+    if (length !== undefined && length <= REPLAY_BODY_MAX_BYTES && replayBytes + length <= REPLAY_BUFFER_TOTAL_BYTES) {
+      replayBytes += length
+      request.exchange.reservedBytes = length
       readWhole(body).then((buffer) => {
         request.replayBody = buffer
         acquireToken(request, done)
@@ -112,7 +172,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       return
     }
     // A chunked body has no length to check up front: count it as it streams.
-    if (maxBodyBytes > 0 && length === undefined) request.body = body.pipe(limitBytes(maxBodyBytes))
+    if (maxBodyBytes > 0 && length === undefined) request.body = limitBytes(body, maxBodyBytes)
     acquireToken(request, done)
   }
 
@@ -133,32 +193,40 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
   function send (request: FastifyRequest, reply: FastifyReply): void {
+    // The caller left while its body was read or a token awaited: nothing is sent for it.
+    if (request.exchange.gone) return
     const url = request.raw.url ?? '/'
     const queryAt = url.indexOf('?')
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
-    const headers = upstreamRequestHeaders({ ...request.headers, host: upstreamHost }, request.token?.authorization ?? '')
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
-    if (body === null) delete headers['content-length']
-    forward(dispatcher, {
+    const headers = upstreamRequestHeaders(
+      request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
+    upstream.forward({
       method: request.method,
       path: (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt)),
       headers,
       body
     }, reply.raw, {
       holdBack: (statusCode) => shouldReplay(request, statusCode),
-      afterHeldBack: () => { replay(request, reply) },
+      heldBack: (answer) => { replay(request, reply, answer) },
       failed: (err) => {
-        request.log.warn({ code: (err as { code?: string }).code, reason: err.message }, 'upstream request failed')
-        sendError(reply, upstreamError(err))
+        if (callerGone(request)) return
+        if (err instanceof UpstreamBusyError) {
+          request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
+        } else if (!(err instanceof BodyTooLargeError)) {
+          request.log.warn({ code: (err as { code?: string }).code, reason: err.message }, 'upstream request failed')
+        }
+        sendError(reply, upstreamError(err), metrics)
       },
-      started: () => { reply.hijack() }
+      started: () => { reply.hijack() },
+      truncated: () => { request.exchange.truncated = true }
     })
   }
 
   /**
-   * A 401 to a request that carried the current token means it was revoked early:
-   * invalidate it (once, whatever the concurrency: the generation check), and replay
-   * the request once with a new token, if its body was kept.
+   * A 401 to a request that carried the current token may mean it was revoked early:
+   * the token manager refreshes (once, whatever the concurrency: the generation
+   * check), and the request is replayed once with the new token, if its body was kept.
    */
   function shouldReplay (request: FastifyRequest, statusCode: number): boolean {
     const token = request.token
@@ -167,27 +235,73 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       tokens.invalidate(token.generation)
   }
 
-  function replay (request: FastifyRequest, reply: FastifyReply): void {
+  function replay (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer): void {
+    if (callerGone(request)) return
     request.replayed = true
     tokens.get().then((fresh) => {
       request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
       request.token = fresh
       send(request, reply)
-    }, (err: FastifyError) => { sendError(reply, err) })
+    }, () => {
+      // No new token: the caller gets the upstream's own answer.
+      if (callerGone(request)) return
+      reply.hijack()
+      sendHeld(reply.raw, answer)
+    })
+  }
+
+  function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+    // A caller that left mid-upload is ordinary client behaviour, not a failure of ours.
+    if (callerGone(request)) {
+      request.log.debug({ code: error.code, reason: error.message }, 'caller closed the connection before its request was sent')
+      return
+    }
+    const status = error.statusCode ?? 500
+    if (status >= 500 && !isOwnError(error)) {
+      request.log.error({ err: error }, 'request failed')
+      sendError(reply, new InternalError(), metrics)
+      return
+    }
+    if (status < 500 && error.code === undefined) {
+      sendError(reply, new BadRequestError(error.message), metrics)
+      return
+    }
+    sendError(reply, error, metrics)
   }
 
   await app.register(httpProxy, {
     upstream: upstreamUrl,
     // http-proxy routes every path and method, refuses destinations that would leave
-    // UPSTREAM_URL's base path, passes bodies through unparsed and runs the preHandler;
-    // forward.ts sends the request (its reply-from, given the same pool, stays unused).
-    undici: dispatcher as never,
+    // UPSTREAM_URL's base path and runs the preHandler; forward.ts sends the request
+    // (its reply-from stays unused). Bodies: see the content-type parser above.
+    proxyPayloads: false,
     httpMethods: FORWARDED_METHODS,
     preHandler: prepare,
     handler: (request, reply, dest) => {
       request.upstreamPath = dest
       send(request, reply)
     }
+  })
+}
+
+/** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */
+function callerGone (request: FastifyRequest): boolean {
+  return request.exchange?.gone === true || request.raw.socket?.destroyed === true
+}
+
+/**
+ * An answer may go out while the caller is still sending its body (the upstream
+ * answered early, or the sidecar refused it). Node then reads the rest and throws it
+ * away, for as long as the caller sends: bound that, so a huge or endless upload
+ * cannot hold the connection (and a graceful shutdown) open.
+ */
+function discardAfterAnswer (req: IncomingMessage, reply: FastifyReply): void {
+  reply.raw.once('finish', () => {
+    if (req.complete) return
+    const socket: Duplex = req.socket
+    const timer = setTimeout(() => { socket.destroy() }, DISCARD_BODY_MS).unref()
+    req.once('end', () => { clearTimeout(timer) })
+    socket.once('close', () => { clearTimeout(timer) })
   })
 }
 
@@ -202,51 +316,46 @@ async function readWhole (stream: Readable): Promise<Buffer> {
   return Buffer.concat(chunks)
 }
 
-/** Passes a stream through, failing it with BODY_TOO_LARGE past `max` bytes. */
-function limitBytes (max: number): Transform {
+/** Passes a stream through, failing it with BODY_TOO_LARGE past `max` bytes; a caller's abort fails it too. */
+function limitBytes (body: Readable, max: number): Transform {
   let seen = 0
-  return new Transform({
+  const limited = new Transform({
     transform (chunk: Buffer, _encoding, callback) {
       seen += chunk.length
       callback(seen > max ? new BodyTooLargeError(max) : null, chunk)
     }
   })
+  body.once('error', (err) => { limited.destroy(err) })
+  return body.pipe(limited)
 }
 
 /** Maps an upstream failure to the sidecar's own error, so no internal address or stack reaches the caller. */
 function upstreamError (error: Error): FastifyError {
   for (let e: unknown = error; e instanceof Error; e = e.cause) {
-    if (e instanceof BodyTooLargeError) return e
+    if (e instanceof BodyTooLargeError || e instanceof UpstreamBusyError || e instanceof UpstreamBadResponseError) return e
   }
   const code = (error as { code?: string }).code ?? ''
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return new UpstreamTimeoutError({ cause: error })
-  // llhttp's parse errors, and what Node refuses to send on: the answer was not valid HTTP.
-  if (code.startsWith('HPE_') || code === 'UND_ERR_INFO' || code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' ||
-      code === 'ERR_HTTP_INVALID_HEADER_VALUE') {
-    return new UpstreamBadResponseError({ cause: error })
-  }
+  if (isBadResponse(error, code)) return new UpstreamBadResponseError({ cause: error })
   return new UpstreamUnreachableError({ cause: error })
 }
 
-function sendError (reply: FastifyReply, error: FastifyError): void {
-  const retryAfter = (error as { retryAfterSeconds?: number }).retryAfterSeconds
-  if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter))
-  const body: ErrorBody = { error: error.code, message: error.message }
-  reply.code(error.statusCode ?? 500).type('application/json').send(body)
+/** llhttp's parse errors, undici's refusals of a response, and what Node refuses to send on: not valid HTTP. */
+function isBadResponse (error: Error, code: string): boolean {
+  if (error.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_INFO') return true
+  // undici refuses an unsolicited 101 ('bad upgrade') and a 100 Continue it did not ask for ('bad response').
+  if (code === 'UND_ERR_SOCKET' && (error.message === 'bad response' || error.message === 'bad upgrade')) return true
+  return code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE'
 }
 
-function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
-  const status = error.statusCode ?? 500
-  if (status >= 500 && !isOwnError(error)) {
-    request.log.error({ err: error }, 'request failed')
-    sendError(reply, new InternalError())
-    return
-  }
-  if (status < 500 && error.code === undefined) {
-    sendError(reply, new BadRequestError(error.message))
-    return
-  }
-  sendError(reply, error)
+export function sendError (reply: FastifyReply, error: FastifyError, metrics: Metrics): void {
+  const retryAfter = (error as { retryAfterSeconds?: number }).retryAfterSeconds ??
+    (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
+  if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter))
+  const code = error.code
+  metrics.errors.inc({ code })
+  const body: ErrorBody = { error: code, message: error.message }
+  reply.code(error.statusCode ?? 500).type('application/json').send(body)
 }
 
 export default fp(proxy, { name: 'store-auth-proxy', fastify: '5.x', encapsulate: true })

@@ -1,35 +1,48 @@
 import t from 'tap'
-import { callerResponseHeaders, connectionOptions, requestTargetProblem, upstreamRequestHeaders } from '../src/http-rules.js'
+import { callerResponseHeaders, connectionOptions, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from '../src/http-rules.js'
 
 t.test('request headers: the caller Authorization is replaced, hop-by-hop dropped, the rest untouched', async (t) => {
-  const headers = upstreamRequestHeaders({
-    host: 'api.example.test',
-    authorization: 'Basic Y2FsbGVyOnNlY3JldA==',
-    'proxy-authorization': 'Basic eDp5',
-    connection: 'keep-alive, X-Secret-Hop',
-    'x-secret-hop': 'not for upstream',
-    'keep-alive': 'timeout=5',
-    'proxy-connection': 'keep-alive',
-    te: 'trailers',
-    trailer: 'x-checksum',
-    'transfer-encoding': 'chunked',
-    upgrade: 'websocket',
-    expect: '100-continue',
-    accept: 'application/json',
-    'content-type': 'application/json',
-    'x-request-id': 'abc'
-  }, 'Bearer t0ken')
-  t.same(headers, {
-    host: 'api.example.test',
-    authorization: 'Bearer t0ken',
-    accept: 'application/json',
-    'content-type': 'application/json',
-    'x-request-id': 'abc'
-  })
+  const raw = [
+    'Host', 'caller.example.test',
+    'Authorization', 'Basic Y2FsbGVyOnNlY3JldA==',
+    'Proxy-Authorization', 'Basic eDp5',
+    'Connection', 'keep-alive, X-Secret-Hop',
+    'X-Secret-Hop', 'not for upstream',
+    'Keep-Alive', 'timeout=5',
+    'Proxy-Connection', 'keep-alive',
+    'TE', 'trailers',
+    'Trailer', 'x-checksum',
+    'Transfer-Encoding', 'chunked',
+    'Upgrade', 'websocket',
+    'Expect', '100-continue',
+    'Accept', 'application/json',
+    'content-type', 'application/json',
+    'X-Request-Id', 'abc'
+  ]
+  t.same(upstreamRequestHeaders(raw, 'keep-alive, X-Secret-Hop', 'api.example.test', 'Bearer t0ken', true), [
+    'host', 'api.example.test',
+    'authorization', 'Bearer t0ken',
+    'Accept', 'application/json',
+    'content-type', 'application/json',
+    'X-Request-Id', 'abc'
+  ])
 })
 
-t.test('request headers: Authorization is injected when the caller sent none', async (t) => {
-  t.same(upstreamRequestHeaders({ accept: '*/*' }, 'Bearer abc'), { accept: '*/*', authorization: 'Bearer abc' })
+t.test('request headers: repeated fields keep their order, values and spelling (Node would join or drop them)', async (t) => {
+  const raw = ['User-Agent', 'a', 'x-tag', 'one', 'user-agent', 'b', 'X-Tag', 'two', 'Content-Length', '3']
+  t.same(upstreamRequestHeaders(raw, undefined, 'h', 'Bearer abc', true),
+    ['host', 'h', 'authorization', 'Bearer abc', 'User-Agent', 'a', 'x-tag', 'one', 'user-agent', 'b', 'X-Tag', 'two', 'Content-Length', '3'])
+})
+
+t.test('request headers: without a forwarded body, its Content-Length is not sent either', async (t) => {
+  t.same(upstreamRequestHeaders(['Content-Length', '3', 'Accept', '*/*'], undefined, 'h', 'Bearer abc', false),
+    ['host', 'h', 'authorization', 'Bearer abc', 'Accept', '*/*'])
+})
+
+t.test('requestHeadersProblem: a repeated Host is refused (RFC 9112 §3.2), one is fine', async (t) => {
+  t.equal(requestHeadersProblem(['Host', 'a', 'Accept', '*/*']), undefined)
+  t.equal(requestHeadersProblem(['Host', 'a', 'HOST', 'b']), 'the request has more than one Host header')
+  t.equal(requestHeadersProblem(['Host', 'a', 'X-Host', 'b']), undefined)
 })
 
 t.test('response headers: end-to-end pass, hop-by-hop and Connection-named do not', async (t) => {
