@@ -79,6 +79,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   })
 
   let draining = false
+  let closing: Promise<void> | undefined
 
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
@@ -138,21 +139,26 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     metrics,
     start: () => tokens.start(),
     drain: () => { draining = true },
-    async close () {
-      draining = true
-      // server.close() closes the connections idle at that moment; keep-alive
-      // connections of requests still in flight become idle only later, and would
-      // hold the process open until the caller's keep-alive timeout.
-      let sweep: NodeJS.Timeout | undefined
-      const closeIdle = (): void => {
-        proxyServer.server.closeIdleConnections()
-        sweep = setTimeout(closeIdle, IDLE_SWEEP_MS).unref()
-      }
-      closeIdle()
-      await proxyServer.close().finally(() => { clearTimeout(sweep) })
-      tokens.stop()
-      await upstream.close()
-      await admin.close()
+    close () {
+      closing ??= closeAll()
+      return closing
     }
+  }
+
+  async function closeAll (): Promise<void> {
+    draining = true
+    // server.close() closes the connections idle at that moment; keep-alive
+    // connections of requests still in flight become idle only later, and would
+    // hold the process open until the caller's keep-alive timeout.
+    let sweep: NodeJS.Timeout | undefined
+    const closeIdle = (): void => {
+      proxyServer.server.closeIdleConnections()
+      sweep = setTimeout(closeIdle, IDLE_SWEEP_MS).unref()
+    }
+    closeIdle()
+    await proxyServer.close().finally(() => { clearTimeout(sweep) })
+    tokens.stop()
+    await upstream.close()
+    await admin.close()
   }
 }

@@ -94,7 +94,10 @@ export function createUpstream (options: UpstreamOptions) {
     connect (connectOptions, callback) {
       connector(connectOptions, (...args) => {
         const socket = args[1]
-        if (socket != null) (socket as Socket).on('error', onSocketError)
+        if (socket != null) {
+          (socket as Socket).on('error', onSocketError)
+          keepReadingAfterWriteError(socket as Socket)
+        }
         callback(...args)
       })
     }
@@ -251,6 +254,43 @@ export function createUpstream (options: UpstreamOptions) {
 }
 
 export type Upstream = ReturnType<typeof createUpstream>
+
+/**
+ * An upstream that answers before reading the whole body (its own 413 for a large
+ * upload) and then closes makes the next body write fail (EPIPE, ECONNRESET) while
+ * its answer may still sit unread in the socket. Node fails the whole socket on a
+ * write error and stops reading, so the caller would get 502 or the answer depending
+ * on timing. Here such a write error only ends the writing: the rest of the body is
+ * dropped, reading goes on, and undici either reads the answer or sees the read fail
+ * (then 502 as before).
+ */
+function keepReadingAfterWriteError (socket: Socket): void {
+  type WriteCallback = (err?: Error | null) => void
+  const internals = socket as unknown as {
+    _write: (chunk: unknown, encoding: BufferEncoding, cb: WriteCallback) => void
+    _writev: (chunks: unknown, cb: WriteCallback) => void
+  }
+  const write = internals._write
+  const writev = internals._writev
+  let writeFailed = false
+  const guard = (cb: WriteCallback): WriteCallback => (err) => {
+    const code = (err as NodeJS.ErrnoException | null | undefined)?.code
+    if (code === 'EPIPE' || code === 'ECONNRESET') {
+      writeFailed = true
+      cb()
+      return
+    }
+    cb(err)
+  }
+  internals._write = function (chunk, encoding, cb) {
+    if (writeFailed) cb()
+    else write.call(this, chunk, encoding, guard(cb))
+  }
+  internals._writev = function (chunks, cb) {
+    if (writeFailed) cb()
+    else writev.call(this, chunks, guard(cb))
+  }
+}
 
 /** Sends a held-back answer to the caller after all. */
 export function sendHeld (res: ServerResponse, answer: HeldAnswer): void {

@@ -296,9 +296,9 @@ function callerGone (request: FastifyRequest): boolean {
  * cannot hold the connection (and a graceful shutdown) open.
  */
 function discardAfterAnswer (req: IncomingMessage, reply: FastifyReply): void {
+  const socket: Duplex = req.socket
   reply.raw.once('finish', () => {
-    if (req.complete) return
-    const socket: Duplex = req.socket
+    if (req.complete || socket.destroyed) return
     const timer = setTimeout(() => { socket.destroy() }, DISCARD_BODY_MS).unref()
     req.once('end', () => { clearTimeout(timer) })
     socket.once('close', () => { clearTimeout(timer) })

@@ -48,3 +48,27 @@ export async function startUpstream (t: Test, handler: Handler = echo, { streami
   const { port } = server.address() as AddressInfo
   return { url: `http://127.0.0.1:${port}`, port, received, server }
 }
+
+/**
+ * An upstream that holds every request until released; `ids()` lists the x-id header
+ * of each request in arrival order, so a test can tell which callers' requests were sent.
+ */
+export async function startStalledUpstream (t: Test) {
+  const held: ServerResponse[] = []
+  let holding = true
+  const upstream = await startUpstream(t, (_req, res) => {
+    if (holding) held.push(res)
+    else res.end('done')
+  })
+  return {
+    ...upstream,
+    ids: () => upstream.received.map((r) => r.headers['x-id']),
+    /** Answers the requests held now. */
+    release: () => { for (const res of held.splice(0)) res.end('done') },
+    /** Answers everything, now and from here on. */
+    releaseAll: () => {
+      holding = false
+      for (const res of held.splice(0)) res.end('done')
+    }
+  }
+}
