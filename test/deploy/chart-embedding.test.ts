@@ -8,7 +8,7 @@ import t from 'tap'
 import { parse } from 'yaml'
 import {
   CHART, EXAMPLE, ROOT, chartVersion, envOf, one, packagedParent, podSpec, refusal, render, sidecarOf,
-  type Container, type JsonObject
+  validate, type Container, type JsonObject, type K8s
 } from './chart-helm.js'
 import { checkSidecar } from './chart-expect.js'
 
@@ -91,4 +91,29 @@ t.test('a context built by hand must carry Capabilities for the version check', 
   t.match(refusal(['shop', handBuilt, '--kube-version', '1.28']), /nativeSidecar needs Kubernetes >= 1\.29/)
   t.match(refusal(['shop', handBuilt, '--set', 'passCapabilities=false']),
     /has no Capabilities.*add "Capabilities" \.Capabilities/)
+})
+
+t.test('without Helm: the Kustomize patch is the named template\'s render, and patches a valid Deployment', async (t) => {
+  const dir = join(ROOT, 'helm/examples/kustomize')
+  const patch = parse(readFileSync(join(dir, 'store-auth-proxy-sidecar.yaml'), 'utf8')) as K8s
+  // The command the patch's header and the chart README give.
+  const rendered = one(await render(['sap', CHART, '--kube-version', '1.30', '--set', 'mode=example',
+    '--set', 'credentials.existingSecret=ti-store-api-credentials', '--set', 'image.repository=registry.example.com/store-auth-proxy',
+    '--show-only', 'templates/deployment.yaml']), 'Deployment')
+  const patchSpec = podSpec(patch)
+  t.same(patchSpec.initContainers, [sidecarOf(rendered).container], 'the sidecar container, as rendered')
+  t.same(patchSpec.volumes, (podSpec(rendered).volumes as JsonObject[]).filter((v) => v.name === 'store-auth-proxy-credentials'))
+  const annotations = (((rendered.spec as JsonObject).template as JsonObject).metadata as JsonObject).annotations as JsonObject
+  t.same((((patch.spec as JsonObject).template as JsonObject).metadata as JsonObject).annotations,
+    Object.fromEntries(Object.entries(annotations).filter(([k]) => k.startsWith('prometheus.io/'))))
+
+  // What `kubectl apply -k` would apply: the app's Deployment with the patch merged in.
+  const app = parse(readFileSync(join(dir, 'deployment.yaml'), 'utf8')) as K8s
+  const appTemplate = (app.spec as JsonObject).template as JsonObject
+  Object.assign(appTemplate.metadata as JsonObject, { annotations: (((patch.spec as JsonObject).template as JsonObject).metadata as JsonObject).annotations })
+  Object.assign(appTemplate.spec as JsonObject, { initContainers: patchSpec.initContainers, volumes: patchSpec.volumes })
+  const checked = await validate(JSON.stringify(app))
+  t.equal(checked.status, 0, checked.stdout + checked.stderr)
+  const kustomization = parse(readFileSync(join(dir, 'kustomization.yaml'), 'utf8')) as JsonObject
+  t.match(kustomization, { resources: ['deployment.yaml'], patches: [{ path: 'store-auth-proxy-sidecar.yaml', target: { kind: 'Deployment', name: app.metadata.name } }] })
 })
