@@ -98,7 +98,7 @@ t.test('the documented switches', async (t) => {
 t.test('section 2 fixes, each proven on a render', async (t) => {
   t.test('long release names and nameOverride: distinct, valid names and labels', async (t) => {
     // 53 characters: the longest release name Helm accepts.
-    const release = 'a-very-long-release-name-for-the-store-auth-proxy-xyz'
+    const release = 'a-very-long-release-name-for-the-shop-checkout-api-xy'
     t.equal(release.length, 53)
     // await render() fails on duplicate kind/name and on invalid names or labels (validate.mjs).
     const objects = await render([release, CHART, ...CI('example-values.yaml'), '--kube-version', '1.31', '--set', 'nameOverride=' + 'n'.repeat(63)])
