@@ -1,12 +1,11 @@
-// The Helm chart, checked without Helm (none can be installed here): its YAML parses the
-// same way under YAML 1.1 (Helm) and 1.2, values.yaml and the ci/ values validate against
-// values.schema.json, the templates only use values that exist and name templates that are
-// defined, and every value is used, commented and listed in the chart README.
+// The Helm chart's source files: its YAML parses the same way under YAML 1.1 (Helm) and 1.2,
+// the templates only use values that exist, and every value is used, commented and listed
+// in the chart README. Rendering, validation against Kubernetes' schemas and the guards are
+// tested on real renders in chart-render, chart-switches and chart-embedding.test.ts.
 import { readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
-import { Ajv } from 'ajv'
 import { isMap, isScalar, parseAllDocuments, parseDocument, type Pair, type YAMLMap } from 'yaml'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -23,8 +22,8 @@ function filesUnder (dir: string): string[] {
 const TEMPLATES = filesUnder(join(CHART, 'templates'))
 const TEMPLATE_TEXT = TEMPLATES.map((file) => ({ file: relative(CHART, file), text: read(file) }))
 // Every file that is YAML and not a template: Helm reads these as they are.
-const PLAIN_YAML = filesUnder(CHART).filter((f) => /\.ya?ml$/.test(f) && !f.startsWith(join(CHART, 'templates')))
-const CI_VALUES = PLAIN_YAML.filter((f) => f.startsWith(join(CHART, 'ci')))
+const PLAIN_YAML = [...filesUnder(CHART), ...filesUnder(join(ROOT, 'helm/examples'))]
+  .filter((f) => /\.ya?ml$/.test(f) && !f.includes('/templates/'))
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 type JsonObject = { [key: string]: Json }
@@ -40,19 +39,6 @@ function parseYaml (text: string, version: '1.1' | '1.2' = '1.1'): Json[] {
 }
 
 const VALUES = parseYaml(read(join(CHART, 'values.yaml')))[0] as JsonObject
-const SCHEMA = JSON.parse(read(join(CHART, 'values.schema.json'))) as object
-
-/** Helm's coalescing of a values file over the chart's values: maps merge, null deletes. */
-function coalesce (base: JsonObject, over: JsonObject): JsonObject {
-  const out: JsonObject = { ...base }
-  for (const [key, value] of Object.entries(over)) {
-    const current = out[key]
-    if (value === null) delete out[key]
-    else if (isObject(value) && isObject(current)) out[key] = coalesce(current, value)
-    else out[key] = value
-  }
-  return out
-}
 
 /** Every `.Values.a.b` path in a template's text (also `$.Values.a.b`). */
 function valuesPaths (text: string): string[] {
@@ -122,34 +108,6 @@ t.test('Chart.yaml: a v2 application chart whose appVersion is the image tag of 
   t.equal(chart.appVersion, pkg.version, 'appVersion is package.json version (the default image tag)')
 })
 
-t.test('values.yaml and every ci/ values file validate against values.schema.json', async (t) => {
-  const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true })
-  const validate = ajv.compile(SCHEMA)
-  t.ok(validate(VALUES), `values.yaml: ${ajv.errorsText(validate.errors)}`)
-  t.ok(CI_VALUES.length >= 3, `found ${CI_VALUES.length} ci/ values files`)
-  for (const file of CI_VALUES) {
-    const merged = coalesce(VALUES, parseYaml(read(file))[0] as JsonObject)
-    t.ok(validate(merged), `${relative(CHART, file)}: ${ajv.errorsText(validate.errors)}`)
-  }
-
-  // The schema is not vacuous: each of these is a mistake it must catch.
-  const mistakes: Array<[string, JsonObject]> = [
-    ['a misspelt key', { proxy: { prot: 8080 } }],
-    ['an unknown mode', { mode: 'daemonset' }],
-    ['a port given as a string', { proxy: { port: '8080' } }],
-    ['a port out of range', { proxy: { adminPort: 70000 } }],
-    ['a secret the unencoded form body cannot carry', { credentials: { clientSecret: 'a&b' } }],
-    ['a secret with whitespace', { credentials: { clientSecret: 'a b' } }],
-    ['an upstream URL with a query', { proxy: { upstreamUrl: 'https://x.test/?a=1' } }],
-    ['a negative delay', { proxy: { shutdownDelayMs: -1 } }],
-    ['a log level pino does not know', { proxy: { logLevel: 'verbose' } }],
-    ['a relative mount path', { credentials: { mountPath: 'secrets' } }]
-  ]
-  for (const [what, override] of mistakes) {
-    t.notOk(validate(coalesce(VALUES, override)), `rejects ${what}`)
-  }
-})
-
 t.test('every .Values path a template uses exists in values.yaml', async (t) => {
   const used = TEMPLATE_TEXT.flatMap(({ file, text }) => valuesPaths(text).map((path) => ({ file, path })))
   t.ok(used.length > 50, `found ${used.length} uses`)
@@ -186,22 +144,4 @@ t.test('every value is commented and listed in the chart README values table', a
   }
   const paths = documented.map((d) => d.path)
   for (const key of tableKeys) t.ok(paths.includes(key ?? ''), `README row ${key} is a value`)
-})
-
-t.test('templates: blocks are closed, and every included template is defined', async (t) => {
-  const defined = new Set(TEMPLATE_TEXT.flatMap(({ text }) => [...text.matchAll(/\{\{-?\s*define\s+"([^"]+)"/g)].map((m) => m[1])))
-  for (const { file, text } of TEMPLATE_TEXT) {
-    // Go template actions, comments removed.
-    const actions = [...text.replace(/\{\{-?\s*\/\*[\s\S]*?\*\/\s*-?\}\}/g, '').matchAll(/\{\{-?\s*([\s\S]*?)\s*-?\}\}/g)].map((m) => m[1] ?? '')
-    const opened = actions.filter((a) => /^(if|range|with|define|block)\b/.test(a)).length
-    const closed = actions.filter((a) => /^end\b/.test(a)).length
-    t.equal(closed, opened, `${file}: every if/range/with/define has its end`)
-    for (const m of text.matchAll(/\b(?:include|template)\s+"([^"]+)"/g)) {
-      t.ok(defined.has(m[1]), `${file}: "${m[1]}" is defined`)
-    }
-  }
-  // The named templates the README tells users to include.
-  for (const name of ['store-auth-proxy.sidecar', 'store-auth-proxy.volumes', 'store-auth-proxy.podAnnotations']) {
-    t.ok(defined.has(name), `${name} is defined`)
-  }
 })

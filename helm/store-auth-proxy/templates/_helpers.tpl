@@ -107,12 +107,50 @@ HOST: loopback in a pod's sidecar, all addresses in standalone mode, unless set.
 The stand-in TI APIs' name (standIn.enabled), and the URL the proxy then uses for both APIs.
 */}}
 {{- define "store-auth-proxy.standInName" -}}
-{{- printf "%s-stand-in" (include "store-auth-proxy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-stand-in" (include "store-auth-proxy.fullname" . | trunc 54 | trimSuffix "-") }}
 {{- end }}
 
+{{/*
+The stand-in's selector labels. The name is cut so that, with "-stand-in", it stays a valid
+label value (63 characters at most) whatever nameOverride is.
+*/}}
 {{- define "store-auth-proxy.standInSelectorLabels" -}}
-app.kubernetes.io/name: {{ include "store-auth-proxy.name" . }}-stand-in
+app.kubernetes.io/name: {{ printf "%s-stand-in" (include "store-auth-proxy.name" . | trunc 54 | trimSuffix "-") }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The name of the `helm test` pod, cut so that the suffix always fits in 63 characters.
+*/}}
+{{- define "store-auth-proxy.testName" -}}
+{{- printf "%s-test-connection" (include "store-auth-proxy.fullname" . | trunc 47 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+Fails the render when a Service name (the argument) is not a DNS-1035 label, which
+Kubernetes requires of Services: a release name that starts with a digit or holds a dot.
+*/}}
+{{- define "store-auth-proxy.checkServiceName" -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" .) }}
+{{- fail (printf "store-auth-proxy: %q is not a valid Service name (a lowercase letter first, then letters, digits and '-'); pick another release name or set fullnameOverride" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when the proxy would run as a native sidecar (an init container with
+restartPolicy: Always) on a Kubernetes older than 1.29, where the pod would hang at start.
+In the named sidecar template too, because parent charts include it directly. A context
+built by hand (Helm without .Subcharts) must carry "Capabilities" for this check.
+*/}}
+{{- define "store-auth-proxy.checkNative" -}}
+{{- if include "store-auth-proxy.native" . }}
+{{- if not .Capabilities }}
+{{- fail "store-auth-proxy: the context passed to store-auth-proxy.sidecar has no Capabilities, so the Kubernetes version cannot be checked for nativeSidecar; add \"Capabilities\" .Capabilities to it (see the chart README)" }}
+{{- end }}
+{{- if semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "store-auth-proxy: nativeSidecar needs Kubernetes >= 1.29 (this is %s); set nativeSidecar=false, or pass --kube-version to helm template" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "store-auth-proxy.standInUrl" -}}
@@ -155,6 +193,7 @@ as a dependency, pass `(index .Subcharts "store-auth-proxy")`. See the chart REA
 Numbers go through int64: Helm reads values as float64, which would print 3.6e+06.
 */}}
 {{- define "store-auth-proxy.sidecar" -}}
+{{- include "store-auth-proxy.checkNative" . -}}
 - name: store-auth-proxy
   image: {{ include "store-auth-proxy.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}

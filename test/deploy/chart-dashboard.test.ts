@@ -1,0 +1,156 @@
+// The chart's Grafana dashboard (helm/store-auth-proxy/dashboards/store-auth-proxy.json)
+// and alerts (templates/prometheusrule.yaml): valid dashboard JSON with the panels ops
+// need, and every metric and label their queries name is one a running sidecar exports
+// (scraped from /metrics of a sidecar built in-process with the process metrics on).
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t from 'tap'
+import { request } from 'undici'
+import { build, startStandIn } from '../helpers/build.js'
+import { CHART, one, render, type JsonObject } from './chart-helm.js'
+import { MONITORING } from './chart-expect.js'
+
+t.setTimeout(120_000)
+
+const DASHBOARD = JSON.parse(readFileSync(join(CHART, 'dashboards/store-auth-proxy.json'), 'utf8')) as JsonObject
+interface Panel { id: number, type: string, title: string, gridPos: JsonObject, datasource: JsonObject, targets: Array<{ expr: string, refId: string }> }
+const PANELS = DASHBOARD.panels as unknown as Panel[]
+
+/**
+ * What the dashboard and the alerts may name: the sidecar's metrics and their labels, as
+ * the team fixed them (prompts/common.md). Target labels (instance, job) come from
+ * Prometheus, `le` from histograms.
+ */
+const EXPORTED: Record<string, string[]> = {
+  store_auth_proxy_token_requests_total: ['outcome'],
+  store_auth_proxy_token_request_duration_seconds_bucket: ['le'],
+  store_auth_proxy_token_expiry_timestamp_seconds: [],
+  store_auth_proxy_requests_total: ['method', 'status_class', 'outcome'],
+  store_auth_proxy_request_duration_seconds_bucket: ['le'],
+  store_auth_proxy_requests_in_flight: [],
+  store_auth_proxy_errors_total: ['code'],
+  store_auth_proxy_upstream_queued_requests: [],
+  store_auth_proxy_build_info: ['version', 'revision', 'node'],
+  process_resident_memory_bytes: [],
+  process_cpu_seconds_total: [],
+  nodejs_heap_size_used_bytes: [],
+  nodejs_external_memory_bytes: [],
+  nodejs_eventloop_lag_p99_seconds: []
+}
+/**
+ * Implemented on main (the lead's src/metrics.ts: unprefixed process metrics, build_info,
+ * errors_total, the upstream queue gauge, the outcome label), not on this branch: their
+ * scrape checks are TODO here and pass once merged. Empty this list after the merge.
+ */
+const PENDING = new Set([
+  'store_auth_proxy_errors_total', 'store_auth_proxy_errors_total{code}', 'store_auth_proxy_upstream_queued_requests',
+  'store_auth_proxy_build_info', 'store_auth_proxy_build_info{version}', 'store_auth_proxy_build_info{revision}',
+  'store_auth_proxy_build_info{node}', 'store_auth_proxy_requests_total{outcome}',
+  'process_resident_memory_bytes', 'process_cpu_seconds_total', 'nodejs_heap_size_used_bytes',
+  'nodejs_external_memory_bytes', 'nodejs_eventloop_lag_p99_seconds'
+])
+const TARGET_LABELS = new Set(['instance', 'job'])
+
+const PROMQL_WORDS = new Set(['by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'and', 'or', 'unless', 'bool', 'offset', 'inf', 'nan'])
+
+/** The metric names and label names a PromQL expression uses. */
+function namesIn (expr: string): { metrics: string[], labels: string[] } {
+  const labels: string[] = []
+  let rest = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""') // string literals
+  rest = rest.replace(/\{([^}]*)\}/g, (_m, inner: string) => {
+    for (const m of inner.matchAll(/([a-zA-Z_]\w*)\s*(=~|!~|!=|=)/g)) labels.push(m[1] as string)
+    return ' '
+  })
+  rest = rest.replace(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g, (_m, inner: string) => {
+    labels.push(...inner.split(',').map((l) => l.trim()).filter((l) => l !== ''))
+    return ' '
+  })
+  rest = rest.replace(/\[[^\]]*\]/g, ' ') // range selectors
+  const metrics = [...rest.matchAll(/([a-zA-Z_:][\w:]*)(\s*\()?/g)]
+    .filter((m) => m[2] === undefined && !PROMQL_WORDS.has((m[1] as string).toLowerCase()) && !/^\d/.test(m[1] as string))
+    .map((m) => m[1] as string)
+  return { metrics, labels }
+}
+
+/** Every query of the dashboard (panels and template variables) and of the alerts. */
+async function queries (): Promise<Array<{ where: string, expr: string }>> {
+  const out = PANELS.flatMap((p) => p.targets.map((target) => ({ where: `panel "${p.title}" ${target.refId}`, expr: target.expr })))
+  for (const v of (DASHBOARD.templating as { list: Array<{ name: string, definition?: string }> }).list) {
+    const m = /^label_values\((.*),\s*\w+\)$/.exec(v.definition ?? '')
+    if (m !== null) out.push({ where: `variable ${v.name}`, expr: m[1] as string })
+  }
+  const objects = await render(['r', CHART, '--set', 'credentials.existingSecret=c', '--set', 'metrics.prometheusRule.enabled=true', ...MONITORING])
+  for (const group of (one(objects, 'PrometheusRule').spec as JsonObject).groups as JsonObject[]) {
+    for (const rule of group.rules as JsonObject[]) out.push({ where: `alert ${String(rule.alert)}`, expr: String(rule.expr) })
+  }
+  return out
+}
+
+t.test('the PromQL name extraction finds metrics and labels, and nothing else', async (t) => {
+  t.same(namesIn('sum by (code) (rate(store_auth_proxy_errors_total{instance=~"$instance", code!="x"}[$__rate_interval])) / on (job) up'),
+    { metrics: ['store_auth_proxy_errors_total', 'up'], labels: ['instance', 'code', 'code', 'job'] })
+  t.same(namesIn('histogram_quantile(0.95, sum by (le) (rate(a_bucket[5m]))) > 0.5 and b - time() < 180'),
+    { metrics: ['a_bucket', 'b'], labels: ['le'] })
+})
+
+t.test('the dashboard is Grafana dashboard JSON with the panels ops need', async (t) => {
+  t.match(DASHBOARD, { uid: 'store-auth-proxy', title: String, schemaVersion: Number, panels: Array })
+  t.equal(new Set(PANELS.map((p) => p.id)).size, PANELS.length, 'panel ids are unique')
+  for (const p of PANELS) {
+    t.match(p, { type: /^(timeseries|stat)$/, title: String, gridPos: { h: Number, w: Number, x: Number, y: Number } }, p.title)
+    // eslint-disable-next-line no-template-curly-in-string -- Grafana's variable syntax, not a JS template
+    t.equal(p.datasource.uid, '${datasource}', `${p.title}: uses the data source variable`)
+    t.ok(p.targets.length > 0 && p.targets.every((target) => target.expr.includes('instance=~"$instance"')), `${p.title}: queries filter on $instance`)
+  }
+  const exprs = PANELS.flatMap((p) => p.targets.map((target) => target.expr)).join('\n')
+  const needs: Array<[string, RegExp]> = [
+    ['token expiry countdown', /store_auth_proxy_token_expiry_timestamp_seconds\{[^}]*\} > 0\) - time\(\)/],
+    ['token requests by outcome', /sum by \(outcome\) \(increase\(store_auth_proxy_token_requests_total/],
+    ['proxied request rate by status class', /sum by \(status_class\) \(rate\(store_auth_proxy_requests_total/],
+    ['proxied latency', /histogram_quantile\(0\.99, sum by \(le\) \(rate\(store_auth_proxy_request_duration_seconds_bucket/],
+    ['in-flight requests', /store_auth_proxy_requests_in_flight/],
+    ['503s by cause', /sum by \(code\) \(rate\(store_auth_proxy_errors_total/],
+    ['memory', /process_resident_memory_bytes/],
+    ['CPU', /rate\(process_cpu_seconds_total/]
+  ]
+  for (const [what, pattern] of needs) t.match(exprs, pattern, what)
+})
+
+t.test('every query names only the sidecar\'s metrics and their labels', async (t) => {
+  const all = await queries()
+  t.ok(all.length > 20, `${all.length} queries`)
+  for (const { where, expr } of all) {
+    const { metrics, labels } = namesIn(expr)
+    t.ok(metrics.length > 0, `${where}: names a metric`)
+    for (const m of metrics) t.ok(m in EXPORTED, `${where}: ${m} is a sidecar metric`)
+    for (const l of labels.filter((l) => !TARGET_LABELS.has(l))) {
+      t.ok(metrics.some((m) => EXPORTED[m]?.includes(l)), `${where}: label ${l} is one of ${metrics.join(', ')}`)
+    }
+  }
+  // Every listed name is used somewhere, so the list cannot drift into a blanket allowance.
+  const used = new Set(all.flatMap(({ expr }) => namesIn(expr).metrics))
+  for (const m of Object.keys(EXPORTED)) t.ok(used.has(m), `${m} is used by a query`)
+})
+
+t.test('a running sidecar exports every metric and label the queries name', async (t) => {
+  const standIn = await startStandIn(t)
+  const { proxyUrl, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url }, { defaultMetrics: true })
+  // Traffic that creates the labelled series: a proxied answer, and one the sidecar makes itself.
+  await (await request(proxyUrl + '/v2/store/products/LM358BIDR')).body.dump()
+  await (await request(proxyUrl + '/v2/store/products', { method: 'TRACE' })).body.dump()
+  const text = await (await request(adminUrl + '/metrics')).body.text()
+  const scraped = new Map<string, Set<string>>()
+  for (const line of text.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{([^}]*)\})?/.exec(line)
+    if (m === null) continue
+    const labels = scraped.get(m[1] as string) ?? new Set<string>()
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_]\w*)="/g)) labels.add(l[1] as string)
+    scraped.set(m[1] as string, labels)
+  }
+  t.ok(scraped.size > 10, `scraped ${scraped.size} metric names`)
+  for (const [metric, labels] of Object.entries(EXPORTED)) {
+    const todo = (key: string): { todo?: string } => PENDING.has(key) ? { todo: 'exported once main\'s src/metrics.ts is merged (common.md)' } : {}
+    t.ok(scraped.has(metric), `${metric} is exported`, todo(metric))
+    for (const l of labels) t.ok(scraped.get(metric)?.has(l) === true, `${metric} has label ${l}`, todo(`${metric}{${l}}`))
+  }
+})

@@ -1,0 +1,68 @@
+// The chart's PrometheusRule, tested for real: rendered (test/deploy/chart-helm.ts), its
+// groups written as a Prometheus rules file, then `promtool check rules` and `promtool test
+// rules` with test/fixtures/prometheus-rules.test.yaml, whose series make every alert fire
+// for one sidecar and stay silent for the others. promtool comes from Debian's `prometheus`
+// package (.ci/run installs it; locally: apt-get install -y prometheus).
+import { spawnSync } from 'node:child_process'
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { parse } from 'yaml'
+import { CHART, ROOT, one, render, type JsonObject } from './chart-helm.js'
+import { MONITORING } from './chart-expect.js'
+
+t.setTimeout(120_000)
+
+const FIXTURE = join(ROOT, 'test/fixtures/prometheus-rules.test.yaml')
+
+function promtool (args: string[], cwd: string): { status: number | null, output: string } {
+  const out = spawnSync('promtool', args, { cwd, encoding: 'utf8', timeout: 60_000 })
+  if (out.error !== undefined) {
+    throw new Error(`promtool: ${out.error.message} (install Debian's prometheus package: apt-get install -y prometheus)`)
+  }
+  return { status: out.status, output: out.stdout + out.stderr }
+}
+
+/** The chart's rules, rendered with these extra flags, as a rules file next to the unit tests. */
+async function rulesDir (flags: string[] = []): Promise<{ dir: string, groups: JsonObject[] }> {
+  const objects = await render(['r', CHART, '--set', 'credentials.existingSecret=creds', '--set', 'metrics.prometheusRule.enabled=true', ...MONITORING, ...flags])
+  const groups = (one(objects, 'PrometheusRule').spec as JsonObject).groups as JsonObject[]
+  const dir = mkdtempSync(join(tmpdir(), 'store-auth-proxy-rules-'))
+  writeFileSync(join(dir, 'rules.yaml'), JSON.stringify({ groups }, null, 2))
+  copyFileSync(FIXTURE, join(dir, 'rules.test.yaml'))
+  return { dir, groups }
+}
+
+t.test('the rendered rules pass promtool check and the unit tests, firing and not firing', async (t) => {
+  const { dir, groups } = await rulesDir()
+  const check = promtool(['check', 'rules', 'rules.yaml'], dir)
+  t.equal(check.status, 0, check.output)
+  const test = promtool(['test', 'rules', 'rules.test.yaml'], dir)
+  t.equal(test.status, 0, test.output)
+  t.match(test.output, /SUCCESS/)
+
+  // Every alert is tested firing (exp_alerts listed) and silent (an empty list, or other
+  // sidecars in the same series that exp_alerts leaves out: promtool compares exactly).
+  const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
+  t.same(alerts.sort(), [
+    'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyNoValidToken',
+    'StoreAuthProxyTokenEndpointFailing', 'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx'
+  ])
+  const cases = (parse(readFileSync(FIXTURE, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string, exp_alerts: unknown[] }> }> })
+    .tests.flatMap((test) => test.alert_rule_test)
+  for (const alert of alerts) {
+    t.ok(cases.some((c) => c.alertname === alert && c.exp_alerts.length > 0), `${alert} is tested firing`)
+  }
+})
+
+t.test('the unit tests catch a rule that is off: a higher 5xx threshold, a longer expiry warning', async (t) => {
+  const ratio = await rulesDir(['--set-json', 'metrics.prometheusRule.upstream5xxRatio=0.2'])
+  const failed = promtool(['test', 'rules', 'rules.test.yaml'], ratio.dir)
+  t.not(failed.status, 0)
+  t.match(failed.output, /StoreAuthProxyUpstream5xx/)
+  const expiry = await rulesDir(['--set', 'metrics.prometheusRule.tokenExpiryWarningMinutes=1'])
+  const missed = promtool(['test', 'rules', 'rules.test.yaml'], expiry.dir)
+  t.not(missed.status, 0)
+  t.match(missed.output, /StoreAuthProxyTokenExpiringSoon/)
+})
