@@ -7,10 +7,16 @@ import { build, startStandIn } from './helpers/build.js'
 const state = (over: Partial<TokenState>): TokenState => ({
   hasValidToken: false,
   expiresAt: undefined,
+  refreshesAt: undefined,
+  generation: undefined,
+  info: undefined,
+  refreshing: false,
   everHadToken: false,
   credentialsRejected: false,
   consecutiveFailures: 0,
   lastFailure: undefined,
+  lastFailureReason: undefined,
+  lastFailureAt: undefined,
   nextAttemptAt: undefined,
   ...over
 })
