@@ -129,11 +129,6 @@ export function createTokenManager (options: TokenManagerOptions) {
   const variables = [credentials.clientId.variable, credentials.clientSecret.variable]
   const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
 
-  /** A monotonic instant as wall-clock unix ms, for display. */
-  function toWall (instant: number): number {
-    return clock.wallNow() + (instant - clock.now())
-  }
-
   /**
    * The token if it may still be sent now; a synchronous check for the hot path,
    * made at every use, so a timer that fires late never leaves a lapsed token in use.
@@ -353,7 +348,10 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   function state (): TokenState {
     const held = current()
-    const wallOf = (monotonic: number, wall: number): number => Math.min(toWall(monotonic), wall)
+    const toWallNow = clock.wallNow() - clock.now()
+    const toWall = (monotonic: number): number => Math.round(monotonic + toWallNow)
+    // After a suspension the wall-clock reading comes first: show whichever is earlier.
+    const wallOf = (monotonic: number, wall: number): number => Math.min(toWall(monotonic), Math.round(wall))
     return {
       hasValidToken: held !== undefined,
       expiresAt: held === undefined ? undefined : wallOf(held.expiresAt, held.wallExpiresAt),

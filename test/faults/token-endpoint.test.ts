@@ -1,3 +1,4 @@
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { REJECTED_RETRY_MS } from '../../src/token/token-manager.js'
@@ -116,4 +117,32 @@ t.test('the same token returned twice after a revocation: passed back as 401, no
   const again = await Promise.all(Array.from({ length: 10 }, async () => await get(proxyUrl + '/v2/store/products/LM358BIDR')))
   t.ok(again.every((a) => a.status === 401))
   t.equal(endpoint.requests(), 2, 'forced refreshes are rate-limited')
+})
+
+t.test('a token endpoint that answers 404: the failure log names the URL asked, never a credential', async (t) => {
+  const standIn = await startStandIn(t)
+  // A wrong AUTH_URL path: the stand-in answers 404 there.
+  const { app, logs } = await build(t, { AUTH_URL: standIn.url + '/oauth', UPSTREAM_URL: standIn.url }, { random: quickBackoff })
+  t.equal(app.tokens.state().lastFailure, 'http_error')
+  const failure = logs.entries().find((e) => e.msg === 'token request failed')
+  t.match(failure, { url: standIn.url + '/oauth/v1/oauth/accesstoken', statusCode: 404, reason: 'token endpoint answered 404' })
+  t.notMatch(logs.text(), CLIENT_SECRET)
+})
+
+t.test('credentials rejected with CLIENT_SECRET_FILE in use: the ERROR names CLIENT_SECRET_FILE and its path', async (t) => {
+  const dir = t.testdir({ secret: 'not-the-secret\n' })
+  const clock = fakeClock(Date.now())
+  const standIn = await startStandIn(t)
+  const { app, logs } = await build(t, {
+    AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_SECRET: '', CLIENT_SECRET_FILE: join(dir, 'secret')
+  }, { clock: clock.clock, random: quickBackoff })
+  await clock.tick(10) // the one quick retry
+  await until(() => app.tokens.state().credentialsRejected)
+  const error = logs.entries().find((e) => e.level === 50)
+  t.match(error, {
+    url: standIn.url + '/v1/oauth/accesstoken',
+    credentials: ['CLIENT_ID', 'CLIENT_SECRET_FILE'],
+    msg: `token endpoint rejected the client credentials; check CLIENT_ID and CLIENT_SECRET_FILE (${join(dir, 'secret')})`
+  })
+  t.notMatch(logs.text(), 'not-the-secret')
 })
