@@ -121,9 +121,17 @@ t.test('the token URL named in logs is AUTH_URL plus the contract path', async (
 
 t.test('the answer\'s non-secret fields are kept (whitelist), never the token; one echoing the token or the secret is dropped', async (t) => {
   const token = parseTokenResponse(200, {}, ok({
-    access_token: 'a1b2c3', expires_in: '3599', token_type: 'BearerToken',
-    application_name: 'store-app', client_id: 'demo-client', scope: '', issued_at: '1700000000000', status: 'approved',
-    'developer.email': 'dev@example.com', refresh_token: 'r1', api_product_list: '[Store]'
+    access_token: 'a1b2c3',
+    expires_in: '3599',
+    token_type: 'BearerToken',
+    application_name: 'store-app',
+    client_id: 'demo-client',
+    scope: '',
+    issued_at: '1700000000000',
+    status: 'approved',
+    'developer.email': 'dev@example.com',
+    refresh_token: 'r1',
+    api_product_list: '[Store]'
   }))
   t.same(token.info, { application_name: 'store-app', client_id: 'demo-client', scope: '', issued_at: '1700000000000', status: 'approved' })
   const numbers = parseTokenResponse(200, {}, ok({ access_token: 'a1', expires_in: 60, issued_at: 1700000000000, scope: ['x'] }))
