@@ -2,6 +2,7 @@ import t from 'tap'
 import { request } from 'undici'
 import { REPLAY_BODY_MAX_BYTES } from '../../src/proxy.js'
 import { build, startStandIn } from '../helpers/build.js'
+import { fakeClock } from '../helpers/fake-clock.js'
 import { startFaultyTokenEndpoint } from '../helpers/faulty-token-endpoint.js'
 import { startUpstream } from '../helpers/upstream.js'
 
@@ -117,7 +118,8 @@ t.test('one 401 that is not about the token (InvalidApiKeyForGivenResource), tok
     res.writeHead(200)
     res.end('ok')
   })
-  const { proxyUrl, app } = await build(t, { AUTH_URL: endpoint.url, UPSTREAM_URL: upstream.url, TOKEN_WAIT_MS: '200' })
+  // A fake clock: the failed refresh's backoff retry must not fire during the test.
+  const { proxyUrl, app } = await build(t, { AUTH_URL: endpoint.url, UPSTREAM_URL: upstream.url, TOKEN_WAIT_MS: '200' }, { clock: fakeClock(Date.now()).clock })
   const held = app.tokens.current()
   endpoint.setFault('error500')
   const unsubscribed = await request(proxyUrl + '/unsubscribed')
