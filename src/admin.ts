@@ -1,11 +1,18 @@
 import type { FastifyInstance } from 'fastify'
+import { systemClock, type Clock } from './clock.js'
 import type { Metrics } from './metrics.js'
+import { statusDocument, type ConfigSummary } from './status.js'
 import type { TokenManager, TokenState } from './token/token-manager.js'
 
 export interface AdminOptions {
   tokens: Pick<TokenManager, 'state'>
   metrics: Metrics
   isDraining: () => boolean
+  /** Shown on /status. */
+  version: string
+  /** The effective configuration, credentials only as their origin (status.ts configSummary). */
+  config: ConfigSummary
+  clock?: Clock
 }
 
 /**
@@ -25,8 +32,12 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
   return { ready: true, reason: 'token endpoint unavailable; callers get 503 until it recovers' }
 }
 
-/** The admin listener's routes: cheap liveness, token-aware readiness, Prometheus metrics. */
-export async function adminRoutes (app: FastifyInstance, { tokens, metrics, isDraining }: AdminOptions): Promise<void> {
+/** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
+export async function adminRoutes (
+  app: FastifyInstance, { tokens, metrics, isDraining, version, config, clock = systemClock }: AdminOptions
+): Promise<void> {
+  const startedAt = clock.now()
+
   app.get('/livez', async () => ({ status: 'ok' }))
 
   app.get('/readyz', async (_request, reply) => {
@@ -43,6 +54,20 @@ export async function adminRoutes (app: FastifyInstance, { tokens, metrics, isDr
         lastFailure: state.lastFailure ?? null
       }
     }
+  })
+
+  // Always 200: the answer is about the sidecar, not a probe (readiness is in the body).
+  app.get('/status', async (_request, reply) => {
+    const token = tokens.state()
+    reply.header('cache-control', 'no-store')
+    return statusDocument({
+      version,
+      uptimeMs: clock.now() - startedAt,
+      wallNow: clock.wallNow(),
+      token,
+      readiness: readiness(token, isDraining()),
+      config
+    })
   })
 
   app.get('/metrics', async (_request, reply) => {

@@ -6,12 +6,13 @@ import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin.js'
 import type { Clock } from './clock.js'
 import type { Config } from './config.js'
-import { createMetrics, methodLabel, type Metrics } from './metrics.js'
 import { BadRequestError, MethodNotAllowedError } from './errors.js'
 import { createUpstream } from './forward.js'
+import { createMetrics, methodLabel, type Metrics } from './metrics.js'
 import proxy, { observeExchange, sendError } from './proxy.js'
-import { createCredentialReader, type ReadFile } from './token/credentials.js'
-import { createTokenClient } from './token/token-client.js'
+import { configSummary } from './status.js'
+import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
+import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
@@ -31,6 +32,8 @@ export interface AppDependencies {
   tokenDispatcher?: Dispatcher
   /** Process metrics are off in tests, where many apps share one process. */
   defaultMetrics?: boolean
+  /** Shown on the admin port's /status. */
+  version?: string
 }
 
 export interface App {
@@ -48,7 +51,7 @@ export interface App {
 
 /** Builds the sidecar from a config object. Never listens: main.ts and the tests do. */
 export async function buildApp (config: Config, deps: AppDependencies): Promise<App> {
-  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true } = deps
+  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true, version = 'unknown' } = deps
   const metrics = createMetrics({ defaultMetrics })
 
   const fetchToken = createTokenClient({
@@ -63,6 +66,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     metrics,
     refreshMarginMs: config.tokenRefreshMarginMs,
     waitMs: config.tokenWaitMs,
+    tokenUrl: tokenEndpointUrl(config.authUrl),
+    credentials: { clientId: credentialOrigin('CLIENT_ID', config.clientId), clientSecret: credentialOrigin('CLIENT_SECRET', config.clientSecret) },
     ...(clock === undefined ? {} : { clock }),
     ...(random === undefined ? {} : { random })
   })
@@ -130,7 +135,9 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     loggerInstance: log.child({ listener: 'admin' }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true })
   })
-  await admin.register(adminRoutes, { tokens, metrics, isDraining: () => draining })
+  await admin.register(adminRoutes, {
+    tokens, metrics, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
+  })
 
   return {
     proxy: proxyServer,

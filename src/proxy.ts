@@ -224,9 +224,11 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   /**
-   * A 401 to a request that carried the current token may mean it was revoked early:
-   * the token manager refreshes (once, whatever the concurrency: the generation
-   * check), and the request is replayed once with the new token, if its body was kept.
+   * A 401 may mean the token was revoked early, or something else entirely (Apigee's
+   * InvalidApiKeyForGivenResource: the app is not subscribed to that API). The token
+   * manager keeps the held token and refreshes (once, whatever the concurrency: the
+   * generation check); the 401 is held back, and the request replayed once with the
+   * new token if one comes and its body was kept, or the 401 passed on if none does.
    */
   function shouldReplay (request: FastifyRequest, statusCode: number): boolean {
     const token = request.token
@@ -238,15 +240,18 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   function replay (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer): void {
     if (callerGone(request)) return
     request.replayed = true
-    tokens.get().then((fresh) => {
+    const rejected = request.token?.generation ?? 0
+    void tokens.renewed(rejected).then((fresh) => {
+      if (callerGone(request)) return
+      if (fresh === undefined) {
+        // No newer token came: the caller gets the upstream's own answer.
+        reply.hijack()
+        sendHeld(reply.raw, answer)
+        return
+      }
       request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
       request.token = fresh
       send(request, reply)
-    }, () => {
-      // No new token: the caller gets the upstream's own answer.
-      if (callerGone(request)) return
-      reply.hijack()
-      sendHeld(reply.raw, answer)
     })
   }
 

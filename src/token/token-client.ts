@@ -12,10 +12,27 @@ export interface Credentials {
   clientSecret: string
 }
 
+/**
+ * The token answer's non-secret fields (contract §2), shown on /status. A whitelist:
+ * nothing else from the answer is ever kept, and never `access_token`.
+ */
+export interface TokenInfo {
+  application_name?: string
+  client_id?: string
+  scope?: string
+  issued_at?: string
+  status?: string
+}
+
+export const TOKEN_INFO_FIELDS = ['application_name', 'client_id', 'scope', 'issued_at', 'status'] as const
+/** A field longer than this is not shown. */
+export const TOKEN_INFO_MAX_LENGTH = 256
+
 export interface FetchedToken {
   accessToken: string
   /** Lifetime the endpoint granted, capped at the contract's 60 minutes. */
   lifetimeMs: number
+  info: TokenInfo
 }
 
 /**
@@ -48,7 +65,7 @@ export interface TokenClientOptions {
   authUrl: string
   timeoutMs: number
   /** Called before every request, so rotated secret files are picked up (see credentials.ts). */
-  credentials: () => Credentials
+  credentials: () => Credentials | Promise<Credentials>
   dispatcher?: Dispatcher
 }
 
@@ -61,12 +78,18 @@ export function tokenRequestBody ({ clientId, clientSecret }: Credentials): stri
   return `grant_type=client_credentials&client_id=${clientId}&client_secret=${clientSecret}`
 }
 
+/** The token endpoint's URL: AUTH_URL plus the contract's path. Named in logs; it carries no credential (config.ts). */
+export function tokenEndpointUrl (authUrl: string): string {
+  return authUrl.replace(/\/+$/, '') + TOKEN_PATH
+}
+
 /** Makes one token request per call; the caller (token-manager) decides when. */
 export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher }: TokenClientOptions) {
-  const url = authUrl.replace(/\/+$/, '') + TOKEN_PATH
+  const url = tokenEndpointUrl(authUrl)
 
   return async function fetchToken (): Promise<FetchedToken> {
-    const body = tokenRequestBody(readCredentials(credentials))
+    const sent = await readCredentials(credentials)
+    const body = tokenRequestBody(sent)
     let response: Dispatcher.ResponseData
     const signal = AbortSignal.timeout(timeoutMs)
     try {
@@ -87,13 +110,15 @@ export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher
     } catch (err) {
       throw transportError(err, signal, timeoutMs)
     }
-    return parseTokenResponse(response.statusCode, response.headers, text)
+    const fetched = parseTokenResponse(response.statusCode, response.headers, text)
+    // A hostile or broken endpoint could echo the secret into a shown field.
+    return { ...fetched, info: withoutSecret(fetched.info, sent.clientSecret) }
   }
 }
 
-function readCredentials (credentials: () => Credentials): Credentials {
+async function readCredentials (credentials: () => Credentials | Promise<Credentials>): Promise<Credentials> {
   try {
-    return credentials()
+    return await credentials()
   } catch (err) {
     throw new TokenRequestError('credentials_unreadable', `cannot read the client credentials: ${(err as Error).message}`)
   }
@@ -154,7 +179,38 @@ export function parseTokenResponse (
   if (tokenType !== undefined && (typeof tokenType !== 'string' || !BEARER_TYPES.test(tokenType))) {
     throw new TokenRequestError('invalid_response', 'token endpoint answered a token_type other than bearer', { statusCode })
   }
-  return { accessToken, lifetimeMs: Math.min(expiresInS * 1000, MAX_TOKEN_LIFETIME_MS) }
+  return {
+    accessToken,
+    lifetimeMs: Math.min(expiresInS * 1000, MAX_TOKEN_LIFETIME_MS),
+    info: withoutSecret(tokenInfo(body), accessToken)
+  }
+}
+
+/**
+ * The whitelisted fields that are strings (Apigee sends every value as one; a
+ * number is shown as its digits), printable and short. Anything else is left out.
+ */
+export function tokenInfo (body: Record<string, unknown>): TokenInfo {
+  const info: TokenInfo = {}
+  for (const field of TOKEN_INFO_FIELDS) {
+    const raw = body[field]
+    const value = typeof raw === 'number' && Number.isFinite(raw) ? String(raw) : raw
+    if (typeof value === 'string' && value.length <= TOKEN_INFO_MAX_LENGTH && /^[\x20-\x7e]*$/.test(value)) {
+      info[field] = value
+    }
+  }
+  return info
+}
+
+/** Drops every field that contains `secret` (the token or the client secret): shown fields must never carry one. */
+function withoutSecret (info: TokenInfo, secret: string): TokenInfo {
+  if (secret === '') return info
+  const kept: TokenInfo = {}
+  for (const field of TOKEN_INFO_FIELDS) {
+    const value = info[field]
+    if (value !== undefined && !value.includes(secret)) kept[field] = value
+  }
+  return kept
 }
 
 /** `expires_in`: a positive integer, as a number (TI) or a string of digits (Apigee). */

@@ -2,8 +2,9 @@ import type { Logger } from 'pino'
 import { systemClock, type Clock } from '../clock.js'
 import { TokenUnavailableError } from '../errors.js'
 import type { Metrics } from '../metrics.js'
+import type { CredentialOrigin } from './credentials.js'
 import { backoffDelay, tokenTimes } from './schedule.js'
-import { TokenRequestError, type FetchedToken } from './token-client.js'
+import { TokenRequestError, type FetchedToken, type TokenInfo } from './token-client.js'
 
 /** After the endpoint says the credentials are wrong, retry this slowly: the secret may be rotated. */
 export const REJECTED_RETRY_MS = 60_000
@@ -19,13 +20,29 @@ export const FORCED_REFRESH_INTERVAL_MS = 10_000
  */
 export const DEMAND_RETRY_INTERVAL_MS = 2_000
 
+/**
+ * Instants are on the injected clock's monotonic scale (Clock.now): a wall-clock
+ * step can neither shorten nor stretch a token's life. The wall-clock twins are what
+ * the wall clock read at the same moments; they serve display and the second expiry
+ * check (see current()).
+ */
 export interface Token {
   /** `Bearer <access_token>`: RFC 6750 spelling, whatever token_type the endpoint answered. */
   readonly authorization: string
+  /** Monotonic: when the gateway considers the token expired, counted from when its request was sent. */
   readonly expiresAt: number
+  /** Monotonic: the last instant the token is sent upstream (contract §5.5). */
   readonly usableUntil: number
-  /** Increases with every token request; a 401 invalidates a token only if it is still the current one. */
+  /** Monotonic: when the background refresh is due. */
+  readonly refreshAt: number
+  /** Wall clock (unix ms) at the same three moments, as read when the token was requested. */
+  readonly wallExpiresAt: number
+  readonly wallUsableUntil: number
+  readonly wallRefreshAt: number
+  /** Increases with every token request; a 401 concerns a token only if it is still the current one. */
   readonly generation: number
+  /** The answer's non-secret fields, for /status. */
+  readonly info: TokenInfo
 }
 
 export interface TokenManagerOptions {
@@ -35,19 +52,32 @@ export interface TokenManagerOptions {
   refreshMarginMs: number
   /** How long a caller waits for an in-flight token request before getting 503. */
   waitMs: number
+  /** The token endpoint's URL, named in failure logs (it carries no credential). */
+  tokenUrl?: string
+  /** Where the credentials come from, so that messages name the variables actually in use. */
+  credentials?: { clientId: CredentialOrigin, clientSecret: CredentialOrigin }
   clock?: Clock
   random?: () => number
   rejectedRetryMs?: number
   forcedRefreshIntervalMs?: number
 }
 
+/** What /readyz and /status show. Every instant is wall-clock unix ms, derived for display. */
 export interface TokenState {
   hasValidToken: boolean
   expiresAt: number | undefined
+  refreshesAt: number | undefined
+  generation: number | undefined
+  info: TokenInfo | undefined
+  /** A token request is in flight. */
+  refreshing: boolean
   everHadToken: boolean
   credentialsRejected: boolean
   consecutiveFailures: number
+  /** The outcome of the last failed token request since the last success. */
   lastFailure: string | undefined
+  lastFailureReason: string | undefined
+  lastFailureAt: number | undefined
   nextAttemptAt: number | undefined
 }
 
@@ -55,10 +85,21 @@ export interface TokenState {
  * Keeps the one access token: fetched at start, refreshed ahead of expiry on a
  * timer that does not depend on traffic, retried with backoff, never sent once
  * expired (contract §5.5). At most one token request is ever in flight.
+ *
+ * Lifetimes are measured on the monotonic clock, so a wall-clock step (NTP, an
+ * operator) changes nothing. A token also lapses once the *wall* clock says it
+ * has expired, whichever comes first: while a VM or process is suspended the
+ * monotonic clock (and every timer) stands still, but the gateway's time runs on,
+ * so only the wall clock knows the token is gone. The price of that second check
+ * is one early token request after a forward step; the gain is never sending a
+ * token that expired during a suspension. Whenever no usable token is held and no
+ * request is in flight, a request starts at once, unless a retry after a real
+ * failure is pending (its backoff is the endpoint's protection).
  */
 export function createTokenManager (options: TokenManagerOptions) {
   const {
-    fetchToken, log, metrics, refreshMarginMs, waitMs,
+    fetchToken, log, metrics, refreshMarginMs, waitMs, tokenUrl,
+    credentials = { clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET' } },
     clock = systemClock,
     random = Math.random,
     rejectedRetryMs = REJECTED_RETRY_MS,
@@ -69,6 +110,8 @@ export function createTokenManager (options: TokenManagerOptions) {
   let inflight: Promise<void> | undefined
   let boundedWait: Promise<void> | undefined
   let cancelTimer: (() => void) | undefined
+  /** What the pending timer is for: the refresh ahead of expiry, or a retry after a failure. */
+  let timerKind: 'refresh' | 'retry' | undefined
   let nextAttemptAt: number | undefined
   let generation = 0
   let failures = 0
@@ -79,18 +122,46 @@ export function createTokenManager (options: TokenManagerOptions) {
   let lastRejected: TokenRequestError | undefined
   let lastForcedAt = -Infinity
   let lastFailedAt = -Infinity
+  let lastFailedWallAt: number | undefined
   let stopped = false
 
-  /** The token if it may still be sent now; a synchronous check for the hot path. */
+  const urlField = tokenUrl === undefined ? {} : { url: tokenUrl }
+  const variables = [credentials.clientId.variable, credentials.clientSecret.variable]
+  const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
+
+  /**
+   * The token if it may still be sent now; a synchronous check for the hot path,
+   * made at every use, so a timer that fires late never leaves a lapsed token in use.
+   */
   function current (): Token | undefined {
-    return token !== undefined && clock.now() < token.usableUntil ? token : undefined
+    if (token === undefined) return undefined
+    const wall = clock.wallNow()
+    if (clock.now() < token.usableUntil && wall < token.wallUsableUntil) {
+      // After a suspension the refresh timer runs late: refresh when the wall clock says it is time.
+      if (wall >= token.wallRefreshAt && inflight === undefined && timerKind !== 'retry' && !stopped) void refresh()
+      return token
+    }
+    lapsed(token)
+    return undefined
   }
 
-  function schedule (delayMs: number): void {
+  /** The held token can no longer be sent: drop it and, if nothing else will, fetch a new one now. */
+  function lapsed (old: Token): void {
+    token = undefined
+    metrics.tokenExpiry.set(0)
+    const byWall = clock.now() < old.usableUntil
+    log.warn({ generation: old.generation, judgedBy: byWall ? 'wall clock' : 'monotonic clock' },
+      'access token lapsed before a new one arrived')
+    if (inflight === undefined && timerKind !== 'retry' && !stopped) void refresh()
+  }
+
+  function schedule (delayMs: number, kind: 'refresh' | 'retry'): void {
     cancelTimer?.()
     nextAttemptAt = clock.now() + delayMs
+    timerKind = kind
     cancelTimer = clock.setTimer(() => {
       cancelTimer = undefined
+      timerKind = undefined
       void refresh()
     }, delayMs)
   }
@@ -101,21 +172,24 @@ export function createTokenManager (options: TokenManagerOptions) {
     if (stopped) return Promise.resolve()
     cancelTimer?.()
     cancelTimer = undefined
+    timerKind = undefined
     nextAttemptAt = undefined
     const requestGeneration = ++generation
     const sentAt = clock.now()
+    const sentWallAt = clock.wallNow()
     const attempt = fetchToken().then(
-      (fetched) => { succeeded(fetched, requestGeneration, sentAt) },
+      (fetched) => { succeeded(fetched, requestGeneration, sentAt, sentWallAt) },
       (err: unknown) => { failed(err, sentAt) }
     )
     inflight = attempt.finally(() => { inflight = undefined })
     return inflight
   }
 
-  function succeeded (fetched: FetchedToken, requestGeneration: number, sentAt: number): void {
+  function succeeded (fetched: FetchedToken, requestGeneration: number, sentAt: number, sentWallAt: number): void {
     const now = clock.now()
     const times = tokenTimes(sentAt, fetched.lifetimeMs, refreshMarginMs, random())
-    if (times.usableUntil <= now) {
+    const toWallAtSend = sentWallAt - sentAt
+    if (times.usableUntil <= now || times.usableUntil + toWallAtSend <= clock.wallNow()) {
       failed(new TokenRequestError('invalid_response', 'token expired before its answer arrived'), sentAt)
       return
     }
@@ -126,17 +200,23 @@ export function createTokenManager (options: TokenManagerOptions) {
       authorization: `Bearer ${fetched.accessToken}`,
       expiresAt: times.expiresAt,
       usableUntil: times.usableUntil,
-      generation: requestGeneration
+      refreshAt: times.refreshAt,
+      wallExpiresAt: times.expiresAt + toWallAtSend,
+      wallUsableUntil: times.usableUntil + toWallAtSend,
+      wallRefreshAt: times.refreshAt + toWallAtSend,
+      generation: requestGeneration,
+      info: Object.freeze({ ...fetched.info })
     })
     if (credentialsRejected) log.info('token endpoint accepts the client credentials again')
     failures = 0
     lastFailure = undefined
+    lastFailedWallAt = undefined
     lastRejected = undefined
     everHadToken = true
     credentialsRejected = false
-    metrics.tokenExpiry.set(times.expiresAt / 1000)
+    metrics.tokenExpiry.set(token.wallExpiresAt / 1000)
     log.info({ generation: requestGeneration, expiresInS: Math.round((times.expiresAt - now) / 1000), refreshInS: Math.round((times.refreshAt - now) / 1000) }, 'access token acquired')
-    if (!stopped) schedule(Math.max(0, times.refreshAt - now))
+    if (!stopped) schedule(Math.max(0, times.refreshAt - now), 'refresh')
   }
 
   function failed (err: unknown, sentAt: number): void {
@@ -147,20 +227,21 @@ export function createTokenManager (options: TokenManagerOptions) {
     failures += 1
     lastFailure = error
     lastFailedAt = clock.now()
+    lastFailedWallAt = clock.wallNow()
     let delayMs: number
     if (error.outcome === 'rejected' && lastRejected === undefined) {
       // The first rejection is retried at once: a request sent just before a secret
       // was rotated in place carries the old secret, and the retry reads the new one.
       lastRejected = error
       delayMs = backoffDelay(1, random())
-      log.warn({ oauthError: error.oauthError, statusCode: error.statusCode, retryInMs: delayMs },
+      log.warn({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
         'token endpoint rejected the client credentials; retrying once with the credentials read again')
     } else if (error.outcome === 'rejected') {
       delayMs = rejectedRetryMs
       // One clear ERROR per incident; the retries that follow are only debug noise.
       if (!credentialsRejected) {
-        log.error({ oauthError: error.oauthError, statusCode: error.statusCode, retryInMs: delayMs },
-          'token endpoint rejected the client credentials; check CLIENT_ID and CLIENT_SECRET')
+        log.error({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
+          `token endpoint rejected the client credentials; check ${named(credentials.clientId)} and ${named(credentials.clientSecret)}`)
       } else {
         log.debug({ oauthError: error.oauthError, retryInMs: delayMs }, 'client credentials still rejected')
       }
@@ -168,10 +249,10 @@ export function createTokenManager (options: TokenManagerOptions) {
     } else {
       lastRejected = undefined
       delayMs = Math.max(Math.min(error.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS), backoffDelay(failures, random()))
-      log.warn({ outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures, retryInMs: delayMs },
+      log.warn({ ...urlField, outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures, retryInMs: delayMs },
         'token request failed')
     }
-    if (!stopped) schedule(delayMs)
+    if (!stopped) schedule(delayMs, 'retry')
   }
 
   function record (outcome: string, sentAt: number): void {
@@ -194,7 +275,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     return boundedWait
   }
 
-  /** Whether a waiting caller may start the scheduled attempt now (see DEMAND_RETRY_INTERVAL_MS). */
+  /** Whether a waiting caller may start the scheduled retry now (see DEMAND_RETRY_INTERVAL_MS). */
   function demandMayRetry (): boolean {
     // Wrong credentials and a Retry-After are the endpoint's own word: wait them out.
     if (lastFailure === undefined || lastFailure.outcome === 'rejected' || lastFailure.retryAfterMs !== undefined) return false
@@ -210,14 +291,15 @@ export function createTokenManager (options: TokenManagerOptions) {
   /**
    * The current token, or the one an in-flight request is about to bring (after a
    * bounded wait). Rejects with TokenUnavailableError (503, Retry-After) otherwise.
-   * While a retry is scheduled, callers start no token request of their own, but
-   * for at most one per DEMAND_RETRY_INTERVAL_MS.
+   * With no usable token and nothing in flight, a request starts at once — unless a
+   * retry after a failure is scheduled: then callers start no token request of their
+   * own, but for at most one per DEMAND_RETRY_INTERVAL_MS.
    */
   async function get (): Promise<Token> {
     const valid = current()
     if (valid !== undefined) return valid
     if (stopped) throw unavailable()
-    if (inflight === undefined && (cancelTimer === undefined || demandMayRetry())) void refresh()
+    if (inflight === undefined && (timerKind !== 'retry' || demandMayRetry())) void refresh()
     if (inflight !== undefined) {
       await waitForInflight(inflight)
       const fresh = current()
@@ -227,31 +309,65 @@ export function createTokenManager (options: TokenManagerOptions) {
   }
 
   /**
-   * Called when the upstream rejected `rejectedGeneration` (401). Drops that token
-   * and starts a refresh if it is still the current one and no forced refresh ran
-   * recently. Returns whether a retry with get() may bring a different token.
+   * The upstream answered 401 to a request sent with token `rejectedGeneration`.
+   * Apigee also answers 401 for reasons that are not the token's (an API the app is
+   * not subscribed to), so the held token is kept: it is replaced only when a new
+   * one has arrived. If it is still the current one and no forced refresh ran within
+   * FORCED_REFRESH_INTERVAL_MS, a refresh starts (single-flight). Returns whether a
+   * replay may bring a different token: a newer one is held, or a request is in
+   * flight or was just started. renewed() then gives it.
    */
   function invalidate (rejectedGeneration: number): boolean {
-    if (token === undefined || token.generation !== rejectedGeneration) return true
+    const held = current()
+    if (held !== undefined && held.generation > rejectedGeneration) return true
+    if (inflight !== undefined) return true
+    if (held === undefined || held.generation !== rejectedGeneration || stopped) return false
     const now = clock.now()
     if (now - lastForcedAt < forcedRefreshIntervalMs) return false
     lastForcedAt = now
-    log.warn({ generation: rejectedGeneration }, 'upstream rejected the access token; fetching a new one')
-    token = undefined
-    metrics.tokenExpiry.set(0)
+    log.warn({ generation: rejectedGeneration }, 'upstream answered 401 to the access token; fetching a new one, keeping this one until it arrives')
     void refresh()
     return true
   }
 
+  /**
+   * A usable token newer than `generation`: at once if one is held, else when the
+   * in-flight request brings it. Resolves undefined when that request fails, none
+   * is in flight, waitMs passes, or the manager is stopped. Never rejects.
+   */
+  async function renewed (afterGeneration: number): Promise<Token | undefined> {
+    const newer = (): Token | undefined => {
+      const held = current()
+      return held !== undefined && held.generation > afterGeneration ? held : undefined
+    }
+    const now = newer()
+    if (now !== undefined || inflight === undefined || stopped) return now
+    await waitForInflight(inflight)
+    return newer()
+  }
+
   function state (): TokenState {
+    const held = current()
+    const toWallNow = clock.wallNow() - clock.now()
+    const toWall = (monotonic: number): number => Math.round(monotonic + toWallNow)
+    // After a suspension the wall-clock reading comes first: show whichever is earlier.
+    const wallOf = (monotonic: number, wall: number): number => Math.min(toWall(monotonic), Math.round(wall))
     return {
-      hasValidToken: current() !== undefined,
-      expiresAt: token?.expiresAt,
+      hasValidToken: held !== undefined,
+      expiresAt: held === undefined ? undefined : wallOf(held.expiresAt, held.wallExpiresAt),
+      refreshesAt: held === undefined || timerKind !== 'refresh' || nextAttemptAt === undefined
+        ? undefined
+        : wallOf(nextAttemptAt, held.wallRefreshAt),
+      generation: held?.generation,
+      info: held?.info,
+      refreshing: inflight !== undefined,
       everHadToken,
       credentialsRejected,
       consecutiveFailures: failures,
       lastFailure: lastFailure?.outcome,
-      nextAttemptAt
+      lastFailureReason: lastFailure?.message,
+      lastFailureAt: lastFailedWallAt,
+      nextAttemptAt: nextAttemptAt === undefined ? undefined : toWall(nextAttemptAt)
     }
   }
 
@@ -261,11 +377,13 @@ export function createTokenManager (options: TokenManagerOptions) {
       stopped = true
       cancelTimer?.()
       cancelTimer = undefined
+      timerKind = undefined
       nextAttemptAt = undefined
     },
     current,
     get,
     invalidate,
+    renewed,
     state
   }
 }

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import {
   createTokenClient, MAX_TOKEN_LIFETIME_MS, oauthErrorCode, parseExpiresIn, parseRetryAfter, parseTokenResponse,
-  TokenRequestError
+  TOKEN_INFO_MAX_LENGTH, tokenEndpointUrl, TokenRequestError
 } from '../../src/token/token-client.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 
@@ -35,7 +35,7 @@ t.test('the request is exactly the contract: POST, no query, form type, raw unen
   })
   const fetchToken = createTokenClient({ authUrl: endpoint.url + '/', timeoutMs: 2000, credentials })
   const token = await fetchToken()
-  t.same(token, { accessToken: 'abc', lifetimeMs: 3_599_000 })
+  t.same(token, { accessToken: 'abc', lifetimeMs: 3_599_000, info: {} })
   t.equal(endpoint.seen.length, 1)
   const [req] = endpoint.seen
   t.equal(req?.method, 'POST')
@@ -100,6 +100,53 @@ t.test('an oversized answer is not read whole', async (t) => {
   const fetchToken = createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials })
   const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
   t.equal(err.outcome, 'invalid_response')
+})
+
+t.test('credentials read asynchronously (secret files); a rejected read fails the request before it is sent', async (t) => {
+  const endpoint = await rawEndpoint(t, (res) => { res.end('{}') })
+  const fetchToken = createTokenClient({
+    authUrl: endpoint.url,
+    timeoutMs: 2000,
+    credentials: async () => await Promise.reject(new Error('CLIENT_SECRET_FILE: cannot read /run/s: it is a FIFO, not a regular file'))
+  })
+  const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
+  t.equal(err.outcome, 'credentials_unreadable')
+  t.equal(err.message, 'cannot read the client credentials: CLIENT_SECRET_FILE: cannot read /run/s: it is a FIFO, not a regular file')
+  t.equal(endpoint.seen.length, 0)
+})
+
+t.test('the token URL named in logs is AUTH_URL plus the contract path', async (t) => {
+  t.equal(tokenEndpointUrl('https://transact.ti.com/'), 'https://transact.ti.com/v1/oauth/accesstoken')
+})
+
+t.test('the answer\'s non-secret fields are kept (whitelist), never the token; one echoing the token or the secret is dropped', async (t) => {
+  const token = parseTokenResponse(200, {}, ok({
+    access_token: 'a1b2c3',
+    expires_in: '3599',
+    token_type: 'BearerToken',
+    application_name: 'store-app',
+    client_id: 'demo-client',
+    scope: '',
+    issued_at: '1700000000000',
+    status: 'approved',
+    'developer.email': 'dev@example.com',
+    refresh_token: 'r1',
+    api_product_list: '[Store]'
+  }))
+  t.same(token.info, { application_name: 'store-app', client_id: 'demo-client', scope: '', issued_at: '1700000000000', status: 'approved' })
+  const numbers = parseTokenResponse(200, {}, ok({ access_token: 'a1', expires_in: 60, issued_at: 1700000000000, scope: ['x'] }))
+  t.same(numbers.info, { issued_at: '1700000000000' }, 'a number as its digits; other types left out')
+  const odd = parseTokenResponse(200, {}, ok({
+    access_token: 'a1b2c3', expires_in: 60, scope: 'read a1b2c3', status: 'x\r\ny', application_name: 'n'.repeat(TOKEN_INFO_MAX_LENGTH + 1)
+  }))
+  t.same(odd.info, {}, 'echoing the token, control characters, too long: all left out')
+
+  const endpoint = await rawEndpoint(t, (res) => {
+    res.setHeader('content-type', 'application/json')
+    res.end(JSON.stringify({ access_token: 'abc', expires_in: 3599, application_name: `echo ${CLIENT_SECRET}`, client_id: CLIENT_ID }))
+  })
+  const fetched = await createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials })()
+  t.same(fetched.info, { client_id: CLIENT_ID }, 'a field echoing the client secret is dropped')
 })
 
 t.test('unreadable credentials fail the request before it is sent', async (t) => {

@@ -22,7 +22,7 @@ function scriptedEndpoint (clock: ReturnType<typeof fakeClock>, answers: Answer[
     if (answer === undefined || answer === 'hang') return await new Promise<never>(() => {})
     if (answer.latencyMs !== undefined) await new Promise((resolve) => clock.fake.setTimeout(resolve, answer.latencyMs))
     if ('error' in answer) throw answer.error
-    return { accessToken: `token-${n}`, lifetimeMs: answer.lifetimeMs }
+    return { accessToken: `token-${n}`, lifetimeMs: answer.lifetimeMs, info: { application_name: 'demo-app', client_id: 'demo-client' } }
   }
   return { fetchToken, calls: () => calls }
 }
@@ -169,7 +169,7 @@ t.test('waiting callers may start one early attempt per interval, so recovery do
   // Grow the backoff: attempts at +0.5 s, +1 s, +2 s, +4 s, +8 s.
   await clock.tick(500 + 1000 + 2000 + 4000 + 8000)
   t.equal(endpoint.calls(), 6)
-  t.equal(tokens.state().nextAttemptAt, clock.clock.now() + 16_000, 'the next scheduled attempt is 16 s away')
+  t.equal(tokens.state().nextAttemptAt, clock.clock.wallNow() + 16_000, 'the next scheduled attempt is 16 s away')
   await clock.tick(DEMAND_RETRY_INTERVAL_MS)
   await Promise.all(Array.from({ length: 50 }, () => tokens.get().catch(() => undefined)))
   t.equal(endpoint.calls(), 7, '50 waiting callers caused one early attempt')
@@ -244,7 +244,7 @@ t.test('invalidate: 20 concurrent 401s on one generation cause one refresh', asy
   if (old === undefined) throw new Error('no token')
   const replays = Array.from({ length: 20 }, async () => {
     if (!tokens.invalidate(old.generation)) return undefined
-    return await tokens.get()
+    return await tokens.renewed(old.generation)
   })
   await clock.tick(10)
   const fresh = await Promise.all(replays)
@@ -294,4 +294,196 @@ t.test('stop cancels the refresh timer', async (t) => {
   tokens.stop()
   await clock.tick(HOUR)
   t.equal(endpoint.calls(), 1)
+})
+
+// Issue 10 item 6: lifetimes on a monotonic clock. The fake clock moves its
+// monotonic and wall readings independently (test/helpers/fake-clock.ts).
+
+t.test('monotonic lifetimes: a forward wall-clock step past expiry fetches a new token at once, no 503', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 20 }])
+  await tokens.start()
+  await clock.tick(60_000)
+  clock.stepWall(2 * HOUR)
+  t.equal(tokens.current(), undefined, 'the wall clock says the token has expired: it is not sent')
+  t.equal(endpoint.calls(), 2, 'a request started at once, not behind the pending refresh timer')
+  const got = tokens.get()
+  await clock.tick(20)
+  t.equal((await got).authorization, 'Bearer token-2', 'the caller waited for it: no TOKEN_UNAVAILABLE')
+  t.ok((tokens.state().expiresAt ?? 0) > clock.clock.wallNow() + HOUR - 60_000, 'expiry shown on the new wall clock')
+  // token-2 was requested 20 ms before it arrived: its refresh is due 55 min after that.
+  await clock.tick(HOUR - 300_000 - 21)
+  t.equal(endpoint.calls(), 2, 'then the usual refresh schedule')
+  await clock.tick(1)
+  t.equal(endpoint.calls(), 3)
+})
+
+t.test('monotonic lifetimes: a small forward step keeps the token, with at most an earlier refresh', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  const held = tokens.current()
+  clock.stepWall(10 * 60_000)
+  t.equal(tokens.current(), held)
+  t.equal(endpoint.calls(), 1, 'no request for a step the token outlives')
+  await clock.tick(HOUR - 300_000 - 10 * 60_000)
+  t.equal(tokens.current(), held, 'still served')
+  t.equal(endpoint.calls(), 2, 'refreshed when the wall clock reached the refresh time')
+})
+
+t.test('monotonic lifetimes: a backward wall-clock step changes nothing but the times shown', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  const held = tokens.current()
+  const shown = tokens.state().expiresAt ?? 0
+  clock.stepWall(-2 * HOUR)
+  t.equal(tokens.current(), held)
+  t.equal(tokens.state().expiresAt, shown - 2 * HOUR, 'the expiry is shown on the stepped wall clock')
+  t.equal(tokens.state().refreshesAt, (tokens.state().expiresAt ?? 0) - 300_000, 'and so is the refresh')
+  await clock.tick(HOUR - 300_000 - 1)
+  t.equal(endpoint.calls(), 1, 'the refresh is not delayed by two hours, nor advanced')
+  t.equal(tokens.current(), held)
+  await clock.tick(1)
+  t.equal(endpoint.calls(), 2)
+  t.equal(tokens.current()?.authorization, 'Bearer token-2')
+})
+
+t.test('monotonic lifetimes: after a long suspension (monotonic clock and timers stood still) the token is not sent', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 20 }])
+  await tokens.start()
+  clock.suspend(2 * HOUR)
+  t.equal(tokens.current(), undefined, 'expired by the gateway\'s time although the monotonic clock did not move')
+  t.equal(endpoint.calls(), 2, 'and a request started at once')
+  const got = tokens.get()
+  await clock.tick(20)
+  t.equal((await got).authorization, 'Bearer token-2')
+})
+
+t.test('monotonic lifetimes: a suspension into the refresh margin refreshes at once and keeps serving meanwhile', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 20 }])
+  await tokens.start()
+  const held = tokens.current()
+  await clock.tick(50 * 60_000)
+  clock.suspend(7 * 60_000)
+  t.equal(tokens.current(), held, 'still valid for two minutes')
+  t.equal(endpoint.calls(), 2, 'but its refresh time has passed by the wall clock: refreshing now')
+  await clock.tick(20)
+  t.equal(tokens.current()?.authorization, 'Bearer token-2')
+})
+
+t.test('monotonic lifetimes: a refresh timer that fires late (event loop blocked) never leaves a lapsed token in use', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 20 }])
+  await tokens.start()
+  const release = clock.block(HOUR)
+  t.equal(tokens.current(), undefined, 'lapsed although its refresh timer has not fired yet')
+  t.equal(endpoint.calls(), 2, 'a request started at once')
+  release()
+  await clock.tick(20)
+  t.equal(endpoint.calls(), 2, 'the late timer adds no second request')
+  t.equal(tokens.current()?.authorization, 'Bearer token-2')
+})
+
+t.test('no usable token, nothing in flight, only the refresh timer pending: get() starts a request at once', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR }])
+  await tokens.start()
+  clock.suspend(HOUR)
+  const got = await tokens.get()
+  t.equal(got.authorization, 'Bearer token-2')
+  t.equal(endpoint.calls(), 2)
+})
+
+// Issue 10 item 7: one upstream 401 must not throw away a valid token.
+
+t.test('401 with the token endpoint down: the held token is kept and served; renewed() gives undefined', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { error: serverError(), latencyMs: 10 }], { random: () => 1 })
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  t.equal(tokens.invalidate(held.generation), true, 'a refresh started: a replay may bring another token')
+  t.equal(endpoint.calls(), 2)
+  t.equal(tokens.current(), held, 'kept while the refresh runs')
+  const renewal = tokens.renewed(held.generation)
+  await clock.tick(10)
+  t.equal(await renewal, undefined, 'the refresh failed: no newer token')
+  t.equal(tokens.current(), held, 'kept after the refresh failed')
+  t.equal(await tokens.get(), held, 'get() serves it')
+  t.equal(tokens.invalidate(held.generation), false, 'a second 401 within the interval forces nothing and may not replay')
+  await clock.tick(30 * 60_000)
+  t.equal(await tokens.get(), held, 'callers keep getting the held token until it really expires')
+  t.equal(tokens.state().hasValidToken, true)
+})
+
+t.test('401 and a refresh that succeeds: renewed() gives the new token; current() switches only when it arrives', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 10 }])
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  t.equal(tokens.invalidate(held.generation), true)
+  const renewal = tokens.renewed(held.generation)
+  await clock.tick(5)
+  t.equal(tokens.current(), held)
+  await clock.tick(5)
+  const fresh = await renewal
+  t.equal(fresh?.authorization, 'Bearer token-2')
+  t.ok((fresh?.generation ?? 0) > held.generation)
+  t.equal(tokens.current(), fresh)
+  t.equal(await tokens.renewed(held.generation), fresh, 'at once when a newer token is already held')
+  t.equal(tokens.invalidate(held.generation), true, 'a 401 to the old generation: a newer token is held')
+})
+
+t.test('renewed(): undefined when nothing is in flight, or after waitMs; it never rejects', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, 'hang'], { waitMs: 2000 })
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  t.equal(await tokens.renewed(held.generation), undefined, 'nothing in flight')
+  tokens.invalidate(held.generation)
+  const renewal = tokens.renewed(held.generation)
+  await clock.tick(2000)
+  t.equal(await renewal, undefined, 'the refresh hangs: given up after waitMs')
+  t.equal(tokens.current(), held)
+  tokens.stop()
+  t.equal(await tokens.renewed(held.generation), undefined, 'stopped: undefined, not a rejection')
+})
+
+// Issue 12 items 4 and 5: the URL asked and the variables in use are named.
+
+t.test('token-request failures name the token URL; the rejection ERROR names the variables in use', async (t) => {
+  const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
+  const notFound = new TokenRequestError('http_error', 'token endpoint answered 404', { statusCode: 404 })
+  const url = 'https://transact.example/v1/oauth/accesstoken/v1/oauth/accesstoken'
+  const { tokens, clock, logs } = manager(t, [{ error: notFound }, { error: rejected }], {
+    tokenUrl: url,
+    credentials: { clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET_FILE', file: '/run/secrets/client-secret' } }
+  })
+  await tokens.start()
+  t.match(logs.entries().find((e) => e.msg === 'token request failed'), { url, statusCode: 404, reason: 'token endpoint answered 404' })
+  await clock.tick(30_000)
+  await clock.tick(30_000)
+  const error = logs.entries().find((e) => e.level === 50)
+  t.match(error, { url, credentials: ['CLIENT_ID', 'CLIENT_SECRET_FILE'], msg: 'token endpoint rejected the client credentials; check CLIENT_ID and CLIENT_SECRET_FILE (/run/secrets/client-secret)' })
+  t.notMatch(logs.text(), /check CLIENT_ID and CLIENT_SECRET[^_]/)
+})
+
+t.test('state(): wall-clock display times, generation, the answer\'s non-secret fields, the last failure', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, { error: serverError() }])
+  await tokens.start()
+  const wall = clock.clock.wallNow()
+  t.match(tokens.state(), {
+    hasValidToken: true,
+    expiresAt: wall + HOUR,
+    refreshesAt: wall + HOUR - 300_000,
+    generation: 1,
+    info: { application_name: 'demo-app', client_id: 'demo-client' },
+    refreshing: false,
+    lastFailure: undefined
+  })
+  await clock.tick(HOUR - 300_000)
+  t.match(tokens.state(), {
+    hasValidToken: true,
+    refreshesAt: undefined,
+    consecutiveFailures: 1,
+    lastFailure: 'server_error',
+    lastFailureReason: 'token endpoint failed (500)',
+    lastFailureAt: clock.clock.wallNow()
+  })
+  t.ok((tokens.state().nextAttemptAt ?? 0) > clock.clock.wallNow())
 })
