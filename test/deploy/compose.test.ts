@@ -112,6 +112,13 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   }
 })
 
+t.test('README: every compose `up` shown rebuilds (pull_policy build, or --build for podman-compose 1.0.3)', async (t) => {
+  const ups = read('README.md').split('\n').filter((l) => /\bpodman-compose\b.* up\b/.test(l))
+  t.ok(ups.length >= 1, 'the README shows podman-compose up')
+  for (const line of ups) t.match(line, /--build/, line)
+  t.match(read('docker-compose.yml'), /podman-compose up --build/)
+})
+
 t.test('Dockerfile: one version (package.json\'s), a build-time revision, both in the labels', async (t) => {
   const dockerfile = read('Dockerfile')
   const { version } = JSON.parse(read('package.json')) as { version: string }
