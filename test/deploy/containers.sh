@@ -150,11 +150,12 @@ said=$(quiet_podman run --rm "$image" --version)
 check "--version in the image says the version, the build's revision and node 24 (got: $said)" \
   has "$said" "store-auth-proxy $version (revision $revision, node v24."
 check "--help in the image lists the commands and exits 0" has "$(quiet_podman run --rm "$image" --help)" '  healthcheck [URL]'
-if podman build --pull=never --format docker --build-arg VERSION=0.0.0-not-this -t "$run-wrong-version" . >/dev/null 2>&1; then
+if refused=$(podman build --pull=never --format docker --build-arg VERSION=0.0.0-not-this -t "$run-wrong-version" . 2>&1); then
   not_ok "the build refuses a VERSION build argument other than package.json's"
   podman rmi -f "$run-wrong-version" >/dev/null 2>&1
 else
-  ok "the build refuses a VERSION build argument other than package.json's"
+  check "the build refuses a VERSION build argument other than package.json's, saying why" \
+    has "$refused" "VERSION=0.0.0-not-this is not package.json version $version"
 fi
 
 # --- 2. the sidecar, read-only and without capabilities, against the stand-in -----------
