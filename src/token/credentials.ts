@@ -17,7 +17,7 @@ export function createCredentialReader (
     const value = trimCredential(readFile(source.file))
     const problem = credentialProblem(value)
     // The message names the variable, never the value.
-    if (problem !== undefined) throw new Error(`${name}_FILE: the file's content ${problem}`)
+    if (problem !== undefined) throw new Error(`${name}_FILE: the file's content: ${problem}`)
     return value
   }
   return () => ({ clientId: read('CLIENT_ID', clientId), clientSecret: read('CLIENT_SECRET', clientSecret) })
