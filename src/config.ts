@@ -234,15 +234,24 @@ function checkBaseUrl (
   return undefined
 }
 
-const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '[::]', '::0'])
-
-/** Whether two listen addresses could collide on one port: the same host, or a wildcard. */
+/**
+ * Whether two listen addresses could collide on one port, as far as can be told without
+ * resolving names: the same host; `::` (dual-stack on Linux, so every address); `0.0.0.0`
+ * and anything but an IPv6 literal; `localhost` and a loopback address. `127.0.0.1` and
+ * `::1` do not collide, nor do two different addresses.
+ */
 export function hostsOverlap (a: string, b: string): boolean {
-  const norm = (h: string) => h.toLowerCase().replace(/^\[(.*)\]$/, '$1')
-  return norm(a) === norm(b) || WILDCARD_HOSTS.has(norm(a)) || WILDCARD_HOSTS.has(norm(b)) ||
-    (isLoopbackName(norm(a)) && isLoopbackName(norm(b)))
+  const [x, y] = [normalHost(a), normalHost(b)]
+  if (x === y || x === '::' || y === '::') return true
+  if (x === '0.0.0.0') return !y.includes(':')
+  if (y === '0.0.0.0') return !x.includes(':')
+  return (x === 'localhost' && LOOPBACK.has(y)) || (y === 'localhost' && LOOPBACK.has(x))
 }
-const isLoopbackName = (h: string) => h === 'localhost' || h === '127.0.0.1' || h === '::1'
+const LOOPBACK = new Set(['127.0.0.1', '::1'])
+function normalHost (host: string): string {
+  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1')
+  return h === '::0' || h === '0:0:0:0:0:0:0:0' ? '::' : h
+}
 
 // A host name (RFC 1123 labels) or an IP literal; anything else cannot be listened on.
 const HOST_PATTERN = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i

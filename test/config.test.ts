@@ -1,6 +1,6 @@
 import t from 'tap'
 import {
-  ConfigError, listenFailure, loadCallerConfig, loadConfig, loadStandInConfig, MAX_DURATION_MS, NODE_TIMER_MAX_MS
+  ConfigError, hostsOverlap, listenFailure, loadCallerConfig, loadConfig, loadStandInConfig, MAX_DURATION_MS, NODE_TIMER_MAX_MS
 } from '../src/config.js'
 
 const SECRET = 'Zm9v+YmFy/c2VjcmV0='
@@ -109,6 +109,18 @@ for (const [name, env, expected] of cases) {
     for (const pattern of expected) t.ok(problems.some((p) => pattern.test(p)), `${pattern} in ${JSON.stringify(problems)}`)
   })
 }
+
+t.test('hostsOverlap: which listen addresses can collide on one port', async (t) => {
+  const cases: Array<[string, string, boolean]> = [
+    ['127.0.0.1', '127.0.0.1', true], ['0.0.0.0', '127.0.0.1', true], ['::', '127.0.0.1', true], ['[::]', '::1', true],
+    ['0.0.0.0', 'proxy.internal', true], ['localhost', '127.0.0.1', true], ['LOCALHOST', '[::1]', true],
+    ['127.0.0.1', '::1', false], ['127.0.0.1', '127.0.0.2', false], ['0.0.0.0', '::1', false], ['10.0.0.1', 'localhost', false]
+  ]
+  for (const [a, b, overlap] of cases) {
+    t.equal(hostsOverlap(a, b), overlap, `${a} ${b}`)
+    t.equal(hostsOverlap(b, a), overlap, `${b} ${a}`)
+  }
+})
 
 t.test('same ports are fine on distinct addresses, and port 0 never collides', async (t) => {
   t.equal(loadConfig({ ...base, PORT: '9000', ADMIN_PORT: '9000', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.2' }, noFiles).port, 9000)
