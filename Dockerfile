@@ -24,6 +24,17 @@ RUN --mount=type=cache,target=/root/.npm \
 COPY tsconfig.json tsconfig.build.json ./
 COPY src/ src/
 RUN npm run build
+# What runs says what it is (src/version.ts): the version is package.json's, and the
+# revision is written into dist/REVISION from the REVISION build argument (the context has
+# no .git, and nothing runs git at run time):
+#   docker build --build-arg REVISION="$(git rev-parse HEAD)" -t store-auth-proxy .
+# VERSION only feeds the image label below, which cannot read package.json: the build
+# refuses a VERSION that differs from it. Declared after the build, so a new revision
+# reruns only this step.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+RUN node -e 'const v = require("./package.json").version; if (process.argv[1] !== v) { console.error(`VERSION=${process.argv[1]} is not package.json version ${v}`); process.exit(1) }' "$VERSION" \
+ && printf '%s\n' "$REVISION" > dist/REVISION
 
 # --- deps: production dependencies only, in their own stage ---------------------------
 # Depends on the lockfile alone, so it stays cached across source changes (and BuildKit
@@ -61,6 +72,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/main.js"]
 CMD ["serve"]
 
+# The same build arguments as the build stage (checked there against package.json).
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="store-auth-proxy" \

@@ -139,7 +139,7 @@ function rssMiB (): number {
 async function oldSpaceMiB (): Promise<number | undefined> {
   const res = await request(`${adminUrl}/metrics`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined)
   const text = await res?.body.text()
-  const bytes = /^store_auth_proxy_nodejs_heap_space_size_used_bytes\{space="old"\} (\d+)/m.exec(text ?? '')?.[1]
+  const bytes = /^nodejs_heap_space_size_used_bytes\{space="old"\} (\d+)/m.exec(text ?? '')?.[1]
   return bytes === undefined ? undefined : Math.round(Number(bytes) / 2 ** 20 * 10) / 10
 }
 

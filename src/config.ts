@@ -1,6 +1,6 @@
-import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import type EnvSchema from 'env-schema'
+import { readSecretFileSync, SecretFileError } from './secret-file.js'
 
 // env-schema compiles Ajv's meta-schema as it loads (some 50 ms): it is loaded on first
 // use, so that `main.js healthcheck`, which container runtimes run every few seconds,
@@ -32,7 +32,18 @@ export const DEFAULT_UPSTREAM_QUEUE_LIMIT = 1_000
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
 
-const durationMs = (def: number, minimum = 1) => ({ type: 'integer', minimum, default: def })
+/**
+ * The longest duration any variable accepts: one day. Node's timers hold at most
+ * 2^31−1 ms (24.8 days); a longer delay fires after 1 ms instead (a huge
+ * TOKEN_TIMEOUT_MS would time every token request out at once). One day is far longer
+ * than any timeout here needs, and the sum of two (SHUTDOWN_DELAY_MS + SHUTDOWN_GRACE_MS)
+ * still fits a timer.
+ */
+export const MAX_DURATION_MS = 24 * 60 * 60_000
+/** Node's own limit for setTimeout, which MAX_DURATION_MS keeps every timer under. */
+export const NODE_TIMER_MAX_MS = 2 ** 31 - 1
+
+const durationMs = (def: number, minimum = 1) => ({ type: 'integer', minimum, maximum: MAX_DURATION_MS, default: def })
 const port = (def: number) => ({ type: 'integer', minimum: 0, maximum: 65535, default: def })
 
 const schema = {
@@ -145,7 +156,8 @@ export class ConfigError extends Error {
 
 export type ReadFile = (path: string) => string
 
-const defaultReadFile: ReadFile = (path) => readFileSync(path, 'utf8')
+// Regular files only, size-capped, never blocking on a FIFO (src/secret-file.ts).
+const defaultReadFile: ReadFile = readSecretFileSync
 
 /**
  * Validates the environment and returns a frozen Config. Every problem is
@@ -164,14 +176,17 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     raw = { ...env } as unknown as RawEnv
   }
 
-  const authUrl = checkUrl('AUTH_URL', raw.AUTH_URL, problems)
-  const upstreamUrl = checkUrl('UPSTREAM_URL', raw.UPSTREAM_URL, problems)
+  const authUrl = checkBaseUrl('AUTH_URL', checkUrl('AUTH_URL', raw.AUTH_URL, problems), TOKEN_PATH,
+    'the sidecar appends it itself', problems)
+  const upstreamUrl = checkBaseUrl('UPSTREAM_URL', checkUrl('UPSTREAM_URL', raw.UPSTREAM_URL, problems), STORE_PATH,
+    'callers send paths that start with it, and each is appended to UPSTREAM_URL', problems)
   const clientId = checkCredential('CLIENT_ID', raw.CLIENT_ID, raw.CLIENT_ID_FILE, readFile, problems)
   const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
 
   if (typed && raw.HEADERS_TIMEOUT_MS > raw.REQUEST_TIMEOUT_MS) {
     problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
   }
+  if (typed) problems.push(...listenerProblems(raw))
   if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS) {
     // A caller's connection is silent while its request waits for a token, for an upstream
     // connection and for the answer: closing it sooner would leave the caller without a status line.
@@ -211,7 +226,93 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
   })
 }
 
-interface AjvError { instancePath: string, message?: string, params: Record<string, unknown> }
+// The paths the sidecar adds itself (contract §4.1) and the one callers use (README).
+const TOKEN_PATH = '/v1/oauth/accesstoken'
+const STORE_PATH = '/v2/store'
+
+/**
+ * Refuses a base URL that already ends in the path the sidecar or its callers add:
+ * `AUTH_URL=https://transact.ti.com/v1/oauth/accesstoken` would ask
+ * `.../v1/oauth/accesstoken/v1/oauth/accesstoken` and get 404 on every token request.
+ * The message shows the URL to set instead (a URL never holds a credential: checkUrl
+ * refuses user info).
+ */
+function checkBaseUrl (
+  name: string, url: string | undefined, path: string, why: string, problems: string[]
+): string | undefined {
+  if (url === undefined) return undefined
+  const { pathname } = new URL(url)
+  if (!pathname.toLowerCase().replace(/\/+$/, '').endsWith(path)) return url
+  const base = url.slice(0, url.length - path.length).replace(/\/+$/, '')
+  problems.push(`${name}: must not end in ${path} (${why}): set ${name}=${base}`)
+  return undefined
+}
+
+/**
+ * Whether two listen addresses could collide on one port, as far as can be told without
+ * resolving names: the same host; `::` (dual-stack on Linux, so every address); `0.0.0.0`
+ * and anything but an IPv6 literal; `localhost` and a loopback address. `127.0.0.1` and
+ * `::1` do not collide, nor do two different addresses.
+ */
+export function hostsOverlap (a: string, b: string): boolean {
+  const [x, y] = [normalHost(a), normalHost(b)]
+  if (x === y || x === '::' || y === '::') return true
+  if (x === '0.0.0.0') return !y.includes(':')
+  if (y === '0.0.0.0') return !x.includes(':')
+  return (x === 'localhost' && LOOPBACK.has(y)) || (y === 'localhost' && LOOPBACK.has(x))
+}
+const LOOPBACK = new Set(['127.0.0.1', '::1'])
+function normalHost (host: string): string {
+  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1')
+  return h === '::0' || h === '0:0:0:0:0:0:0:0' ? '::' : h
+}
+
+// A host name (RFC 1123 labels) or an IP literal; anything else cannot be listened on.
+const HOST_PATTERN = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i
+const IP_PATTERN = /^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?\]?)$/i
+
+/** What check-config can see about the two listeners without listening. */
+function listenerProblems (raw: RawEnv): string[] {
+  const problems: string[] = []
+  for (const name of ['HOST', 'ADMIN_HOST'] as const) {
+    const host = raw[name]
+    if (!HOST_PATTERN.test(host) && !IP_PATTERN.test(host)) problems.push(`${name}: is neither a host name nor an IP address`)
+  }
+  if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && hostsOverlap(raw.HOST, raw.ADMIN_HOST)) {
+    problems.push(`PORT: equals ADMIN_PORT (${raw.PORT}) on overlapping addresses ` +
+      `(HOST=${raw.HOST}, ADMIN_HOST=${raw.ADMIN_HOST}): the two listeners need different ports`)
+  }
+  return problems
+}
+
+const LISTEN_ERRORS: Record<string, string> = {
+  EADDRINUSE: 'the address is already in use (another process, or the other listener, holds it)',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'the address is not one of this machine\'s',
+  ENOTFOUND: 'the host name does not resolve',
+  EAI_AGAIN: 'the host name could not be resolved (name resolution failed)',
+  EAI_FAIL: 'the host name could not be resolved (name resolution failed)',
+  EAI_NONAME: 'the host name does not resolve'
+}
+
+/**
+ * One line for a listener that could not start, naming the variables that chose the
+ * address: `PORT=8080 (HOST=127.0.0.1): cannot listen on 127.0.0.1:8080: the address is
+ * already in use (EADDRINUSE)`.
+ */
+export function listenFailure (
+  names: { host: string, port: string }, host: string, port: number, err: unknown
+): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code
+  const why = (code !== undefined ? LISTEN_ERRORS[code] : undefined) ?? String((err as Error | undefined)?.message ?? err)
+  const address = host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`
+  const variable = code === 'ENOTFOUND' || (code?.startsWith('EAI_') ?? false) || code === 'EADDRNOTAVAIL'
+    ? `${names.host}=${host}`
+    : `${names.port}=${port} (${names.host}=${host})`
+  return `${variable}: cannot listen on ${address}: ${why}${code !== undefined ? ` (${code})` : ''}`
+}
+
+interface AjvError { instancePath: string, keyword?: string, message?: string, params: Record<string, unknown> }
 
 function schemaProblems (err: unknown): string[] {
   const errors = (err as { errors?: AjvError[] }).errors
@@ -220,7 +321,10 @@ function schemaProblems (err: unknown): string[] {
   return errors.map((e) => {
     const name = e.instancePath.replace(/^\//, '')
     const allowed = Array.isArray(e.params.allowedValues) ? ` (${e.params.allowedValues.join(', ')})` : ''
-    return `${name}: ${e.message ?? 'is invalid'}${allowed}`
+    const why = e.keyword === 'maximum' && e.params.limit === MAX_DURATION_MS
+      ? ` (one day: Node's timers overflow above ${NODE_TIMER_MAX_MS} ms)`
+      : ''
+    return `${name}: ${e.message ?? 'is invalid'}${allowed}${why}`
   })
 }
 
@@ -268,12 +372,14 @@ function checkCredential (
     try {
       content = readFile(file)
     } catch (err) {
-      problems.push(`${fileName}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+      problems.push(err instanceof SecretFileError
+        ? `${fileName}: ${err.message}`
+        : `${fileName}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
       return undefined
     }
     const problem = credentialProblem(trimCredential(content))
     if (problem !== undefined) {
-      problems.push(`${fileName}: the file's content ${problem}`)
+      problems.push(`${fileName}: in ${file}, ${problem.startsWith('is ') ? `the value ${problem}` : problem}`)
       return undefined
     }
     return Object.freeze({ file })
@@ -302,9 +408,27 @@ export function trimCredential (content: string): string {
  */
 export function credentialProblem (value: string): string | undefined {
   if (value === '') return 'is empty'
-  if (/[\s&]/.test(value)) return "contains whitespace or '&', which the unencoded form body cannot carry"
+  const chars = Array.from(value)
+  const at = chars.findIndex((c) => characterKind(c) !== undefined)
+  if (at === -1) return undefined
+  const kind = characterKind(chars[at] ?? '') ?? ''
+  const more = chars.filter((c) => characterKind(c) !== undefined).length - 1
+  return `character ${at + 1} of ${chars.length} is ${kind}` +
+    (more > 0 ? ` (and ${more} more such character${more > 1 ? 's' : ''})` : '') +
+    ": the contract's unencoded form body cannot carry whitespace, '&' or control characters"
+}
+
+const NAMED_CHARACTERS: Record<string, string> = {
+  '\n': 'a newline', '\r': 'a carriage return', '\t': 'a tab', ' ': 'a space', '&': "an '&'", '\u00a0': 'a no-break space'
+}
+
+/** The kind of a character a credential cannot hold, or undefined when it may. */
+function characterKind (c: string): string | undefined {
+  const named = NAMED_CHARACTERS[c]
+  if (named !== undefined) return named
+  if (/\s/u.test(c)) return `a whitespace character (U+${(c.codePointAt(0) ?? 0).toString(16).toUpperCase().padStart(4, '0')})`
   // eslint-disable-next-line no-control-regex
-  if (/[\x00-\x1f\x7f]/.test(value)) return 'contains control characters'
+  if (/[\x00-\x1f\x7f]/.test(c)) return `a control character (U+${(c.codePointAt(0) ?? 0).toString(16).toUpperCase().padStart(4, '0')})`
   return undefined
 }
 

@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { buildInfo as currentBuildInfo, type BuildInfo } from './version.js'
 
 // Every metric the sidecar exports, named in one place. Names follow the
 // Prometheus conventions: one prefix, base units (seconds), `_total` counters.
@@ -25,9 +26,11 @@ export function statusClass (statusCode: number | undefined): string {
  */
 export type Outcome = 'completed' | 'aborted' | 'truncated'
 
-export function createMetrics ({ defaultMetrics = true } = {}) {
+export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuildInfo() }: { defaultMetrics?: boolean, buildInfo?: BuildInfo } = {}) {
   const registry = new Registry()
-  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX })
+  // The process and runtime metrics keep prom-client's standard names (`process_*`,
+  // `nodejs_*`), unprefixed, so the usual Node.js dashboards and alerts work as they are.
+  if (defaultMetrics) collectDefaultMetrics({ register: registry })
 
   const tokenRequests = new Counter({
     name: `${METRIC_PREFIX}token_requests_total`,
@@ -75,6 +78,15 @@ export function createMetrics ({ defaultMetrics = true } = {}) {
     help: 'Requests waiting for a connection to the upstream.',
     registers: [registry]
   })
+
+  // The conventional info metric: always 1, the build in its labels (src/version.ts).
+  const build = new Gauge({
+    name: `${METRIC_PREFIX}build_info`,
+    help: 'Always 1; the labels say which build runs: version, source revision, Node.js version.',
+    labelNames: ['version', 'revision', 'node'] as const,
+    registers: [registry]
+  })
+  build.set({ version: buildInfo.version, revision: buildInfo.revision, node: buildInfo.node }, 1)
 
   return { registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight, errors, upstreamQueued }
 }

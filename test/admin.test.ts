@@ -90,10 +90,12 @@ t.test('/metrics: Prometheus text with every sidecar metric and the process metr
   t.equal(value(/^store_auth_proxy_requests_total\{method="GET",status_class="4xx",outcome="completed"\}/), 1)
   t.equal(value(/^store_auth_proxy_request_duration_seconds_count/), 2)
   t.equal(value(/^store_auth_proxy_requests_in_flight/), 0)
-  t.match(text, /^store_auth_proxy_process_cpu_user_seconds_total /m)
-  t.match(text, /^store_auth_proxy_nodejs_heap_size_used_bytes /m)
+  t.match(text, /^process_cpu_user_seconds_total /m)
+  t.match(text, /^nodejs_heap_size_used_bytes /m)
+  t.notMatch(text, /^store_auth_proxy_(process|nodejs)_/m, 'runtime metrics without the sidecar\'s prefix')
   for (const line of text.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {
-    t.match(line, /^store_auth_proxy_/, 'every series is prefixed')
+    // The sidecar's own are prefixed; prom-client's runtime metrics keep their standard names.
+    t.match(line, /^(store_auth_proxy_|process_|nodejs_)/, 'every series is the sidecar\'s or a standard runtime one')
   }
 })
 

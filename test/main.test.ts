@@ -76,14 +76,17 @@ t.test('SIGINT on an idle sidecar exits 0 promptly', async (t) => {
   t.ok(Date.now() - sent < 3000)
 })
 
-t.test('healthcheck: exit 0 when the URL answers 200, 1 otherwise', async (t) => {
+t.test('healthcheck: exit 0 when the URL answers 200, 1 otherwise, and one line saying what failed', async (t) => {
   const standIn = await startStandIn(t)
   const up = runMain(t, ['healthcheck', `${standIn.url}/healthz`], {})
   t.equal(await up.exited, 0)
+  t.equal(up.stdout(), `healthy: ${standIn.url}/healthz answered 200\n`)
   const down = runMain(t, ['healthcheck', `${standIn.url}/v2/store/products`], {})
   t.equal(await down.exited, 1, '401 is not healthy')
+  t.equal(down.stderr(), `not healthy: ${standIn.url}/v2/store/products answered 401\n`)
   const closed = runMain(t, ['healthcheck'], { ADMIN_PORT: '1' })
   t.equal(await closed.exited, 1)
+  t.equal(closed.stderr(), 'not healthy: http://127.0.0.1:1/readyz refused the connection (nothing listens there) (ECONNREFUSED)\n')
 })
 
 t.test('healthcheck loads none of the sidecar\'s stack (container runtimes run it every few seconds)', async (t) => {

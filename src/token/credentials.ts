@@ -37,7 +37,7 @@ export function createCredentialReader (
     const value = trimCredential(content)
     const problem = credentialProblem(value)
     // The message names the variable, never the value.
-    if (problem !== undefined) throw new Error(`${name}_FILE: the file's content ${problem}`)
+    if (problem !== undefined) throw new Error(`${name}_FILE: the file's content: ${problem}`)
     return value
   }
   return async () => {

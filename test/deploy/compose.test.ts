@@ -14,6 +14,7 @@ const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
 interface Service {
   image?: string
   build?: string
+  pull_policy?: string
   command?: string[]
   network_mode?: string
   ports?: string[]
@@ -39,6 +40,10 @@ t.test('compose: the three services, all from the image this checkout builds', a
     t.equal(s.image, services[SIDECAR]?.image, `${name} uses the one image`)
   }
   t.same(services['stand-in']?.command, ['stand-in'])
+  for (const [name, s] of Object.entries(services)) {
+    // Issue 12 item 7: `up` must rebuild (from cached layers), or edited code runs stale.
+    t.equal(s.pull_policy, 'build', `${name}: pull_policy build, so every \`up\` rebuilds from the checkout`)
+  }
   t.same(services.caller?.command, ['caller'])
   t.equal(services[SIDECAR]?.command, undefined, 'the sidecar runs the image default (serve)')
 })
@@ -105,6 +110,28 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   for (const label of ['title', 'description', 'version', 'revision', 'licenses']) {
     t.match(runtime, new RegExp(`org\\.opencontainers\\.image\\.${label}=`), `OCI label ${label}`)
   }
+})
+
+t.test('README: every compose `up` shown rebuilds (pull_policy build, or --build for podman-compose 1.0.3)', async (t) => {
+  const ups = read('README.md').split('\n').filter((l) => /\bpodman-compose\b.* up\b/.test(l))
+  t.ok(ups.length >= 1, 'the README shows podman-compose up')
+  for (const line of ups) t.match(line, /--build/, line)
+  t.match(read('docker-compose.yml'), /podman-compose up --build/)
+})
+
+t.test('Dockerfile: one version (package.json\'s), a build-time revision, both in the labels', async (t) => {
+  const dockerfile = read('Dockerfile')
+  const { version } = JSON.parse(read('package.json')) as { version: string }
+  const defaults = [...dockerfile.matchAll(/^ARG VERSION=(\S+)$/gm)].map((m) => m[1])
+  t.same(defaults, [version, version], 'both stages default VERSION to package.json\'s version')
+  t.same([...dockerfile.matchAll(/^ARG REVISION=(\S+)$/gm)].map((m) => m[1]), ['unknown', 'unknown'])
+  const build = dockerfile.slice(0, dockerfile.indexOf('\nFROM ', dockerfile.indexOf('AS build')))
+  t.match(build, /require\("\.\/package\.json"\)\.version[^\n]*process\.exit\(1\)[^\n]*"\$VERSION"/, 'the build refuses a VERSION other than package.json\'s')
+  t.match(build, /printf '%s\\n' "\$REVISION" > dist\/REVISION/, 'the revision goes where src/version.ts reads it')
+  t.match(read('src/version.ts'), /readText\('\.\/REVISION'\)/)
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
+  t.match(runtime, /org\.opencontainers\.image\.version="\$\{VERSION\}"/)
+  t.match(runtime, /org\.opencontainers\.image\.revision="\$\{REVISION\}"/)
 })
 
 t.test('.dockerignore: an allow-list that keeps secrets and local state out of the context', async (t) => {

@@ -61,6 +61,10 @@ has () { [[ $1 == *"$2"* ]]; }
 # grep reads everything (no -q): with pipefail, grep -q's early exit would fail the
 # pipeline on podman's SIGPIPE whenever the logs are longer than one pipe buffer.
 logs_have () { podman logs "$1" 2>/dev/null | grep -F -- "$2" >/dev/null; }
+# Proxied GETs answered 2xx, from metrics text on stdin, whatever other labels the series has.
+gets_2xx () {
+  awk '/^store_auth_proxy_requests_total\{/ && /method="GET"/ && /status_class="2xx"/ { n += $NF } END { print n + 0 }'
+}
 # The container's node process, seen from this machine: PID 1, or the child of the init.
 node_pid () {
   local pid child
@@ -115,7 +119,9 @@ wait_for () { # wait_for seconds command...: retries every 0.5 s
 # --- 1. build ---------------------------------------------------------------------------
 echo "== build ($(elapsed))"
 t0=$(date +%s%N)
-podman build --pull=never --format docker -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
+version=$(node -p 'require("./package.json").version')
+revision=ci-$run
+podman build --pull=never --format docker --build-arg REVISION="$revision" -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
   || { tail -40 "/tmp/$run-build.log"; echo "containers: the image did not build" >&2; exit 1; }
 image=$(podman image inspect --format '{{.Id}}' store-auth-proxy:test)
 echo "built ${image:0:12} in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -138,6 +144,19 @@ labels=$(inspect '{{json .Config.Labels}}')
 for label in title description version revision licenses; do
   check "image carries the OCI label org.opencontainers.image.$label" has "$labels" "\"org.opencontainers.image.$label\""
 done
+check "the version label is package.json's ($version)" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.version"}}')" "$version"
+check "the revision label is the REVISION build argument" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.revision"}}')" "$revision"
+said=$(quiet_podman run --rm "$image" --version)
+check "--version in the image says the version, the build's revision and node 24 (got: $said)" \
+  has "$said" "store-auth-proxy $version (revision $revision, node v24."
+check "--help in the image lists the commands and exits 0" has "$(quiet_podman run --rm "$image" --help)" '  healthcheck [URL]'
+if refused=$(podman build --pull=never --format docker --build-arg VERSION=0.0.0-not-this -t "$run-wrong-version" . 2>&1); then
+  not_ok "the build refuses a VERSION build argument other than package.json's"
+  podman rmi -f "$run-wrong-version" >/dev/null 2>&1
+else
+  check "the build refuses a VERSION build argument other than package.json's, saying why" \
+    has "$refused" "VERSION=0.0.0-not-this is not package.json version $version"
+fi
 
 # --- 2. the sidecar, read-only and without capabilities, against the stand-in -----------
 echo "== podman run ($(elapsed))"
@@ -160,6 +179,11 @@ admin_port=$(podman port "$run-proxy" 9090/tcp | sed 's/.*://')
 ready () { curl -sf "http://127.0.0.1:$admin_port/readyz" >/dev/null; }
 check "the sidecar becomes ready (admin /readyz 200)" wait_for "$READY_TIMEOUT_S" ready
 check "the image HEALTHCHECK passes (podman healthcheck run)" quiet_podman healthcheck run "$run-proxy"
+said=$(podman exec "$run-proxy" /nodejs/bin/node /app/dist/main.js healthcheck 2>&1)
+check "healthcheck says what answered (got: $said)" eq "$said" "healthy: http://127.0.0.1:9090/readyz answered 200"
+said=$(podman exec "$run-proxy" /nodejs/bin/node /app/dist/main.js healthcheck http://127.0.0.1:1/readyz 2>&1 || true)
+check "healthcheck says what failed (got: $said)" has "$said" "not healthy: http://127.0.0.1:1/readyz refused the connection"
+check "the start-up log line carries the version and revision" logs_have "$run-proxy" "\"version\":\"$version\",\"revision\":\"$revision\",\"node\":\"v24."
 answer=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$proxy_port/v2/store/products/LM358BIDR?currency=USD")
 check "a store call through the sidecar answers 200 (got ${answer##* })" eq "${answer##* }" 200
 check "... with the product from the store API" has "$answer" '"tiPartNumber":"LM358BIDR"'
@@ -167,8 +191,11 @@ check "... with the product from the store API" has "$answer" '"tiPartNumber":"L
 direct=$(podman exec "$run-stand-in" /nodejs/bin/node -e \
   "fetch('http://127.0.0.1:8081/v2/store/products/LM358BIDR').then(r => console.log(r.status))")
 check "the API itself refuses the call without the injected token (401, got $direct)" eq "$direct" 401
-check "metrics count the proxied 2xx answer" \
-  has "$(curl -s "http://127.0.0.1:$admin_port/metrics")" 'store_auth_proxy_requests_total{method="GET",status_class="2xx"} 1'$'\n'
+metrics_text=$(curl -s "http://127.0.0.1:$admin_port/metrics")
+check "metrics count the proxied 2xx answer" eq "$(gets_2xx <<<"$metrics_text")" 1
+check "metrics carry store_auth_proxy_build_info with the version and revision" \
+  has "$metrics_text" "store_auth_proxy_build_info{version=\"$version\",revision=\"$revision\",node=\"v24."
+check "the runtime metrics are unprefixed (process_*, nodejs_*)" has "$metrics_text" $'\nprocess_resident_memory_bytes '
 
 pid=$(node_pid "$run-proxy")
 uids=$(awk '/^Uid:/ { print $2, $3, $4, $5 }' "/proc/$pid/status")
@@ -204,7 +231,7 @@ metrics="http://127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT/metrics"
 # Two answers: the caller's loop keeps going once the sidecar holds its token.
 twice_2xx () {
   local n
-  n=$(curl -s "$metrics" | sed -n 's/^store_auth_proxy_requests_total{method="GET",status_class="2xx"} //p')
+  n=$(curl -s "$metrics" | gets_2xx)
   [ "${n:-0}" -ge 2 ]
 }
 check "the caller's requests succeed through the sidecar (metrics on 127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT count 2xx)" \
