@@ -49,22 +49,41 @@ export const contentTypeArb = pick([
 ])
 
 const PCHAR = [...'abcXYZ019-._~!$&\'()*+,;=:@']
-const pctByte = fc.integer({ min: 0, max: 255 }).chain((b) =>
-  fc.constantFrom('%' + b.toString(16).padStart(2, '0').toUpperCase(), '%' + b.toString(16).padStart(2, '0')))
+const pctOf = (b: number, lower: boolean): string => '%' + (lower ? b.toString(16).padStart(2, '0') : b.toString(16).padStart(2, '0').toUpperCase())
+/** A percent-encoded byte: any ASCII byte, or a whole UTF-8 character (what decodeURIComponent accepts). */
+const pctByte = fc.oneof(
+  fc.tuple(fc.integer({ min: 0, max: 127 }), fc.boolean()).map(([b, lower]) => pctOf(b, lower)),
+  fc.tuple(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 1 }), fc.boolean()).map(([ch, lower]) => [...Buffer.from(ch, 'utf8')].map((b) => pctOf(b, lower)).join(''))
+)
+/** A percent-encoded byte that is not UTF-8 on its own (legal in a URI: RFC 3986 §2.1 says octets). */
+export const pctNonUtf8 = fc.tuple(fc.integer({ min: 0x80, max: 0xff }), fc.boolean()).map(([b, lower]) => pctOf(b, lower))
 
 /** Percent-decodes bytewise (no UTF-8 interpretation): what a segment means on the wire. */
 function decodeBytes (segment: string): string {
   return segment.replace(/%([0-9a-fA-F]{2})/g, (_m, h: string) => String.fromCharCode(parseInt(h, 16)))
 }
 
-/** A path segment: RFC 3986 pchars and percent-encoded bytes, never a dot-segment or a backslash (those are refused by design). */
-const segmentArb = fc.string({ unit: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...PCHAR) }, { weight: 1, arbitrary: pctByte }), minLength: 1, maxLength: 8 })
-  .filter((s) => { const d = decodeBytes(s); return d !== '.' && d !== '..' && !d.includes('\\') })
+/**
+ * A path segment: RFC 3986 pchars and percent-encoded bytes. Never a dot-segment, a
+ * backslash, or something that decodes into one (`%2F..`): the sidecar refuses those
+ * by design (README, Endpoints), so they are not expected to pass.
+ */
+function segmentOf (pct: fc.Arbitrary<string>): fc.Arbitrary<string> {
+  return fc.string({ unit: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...PCHAR) }, { weight: 1, arbitrary: pct }), minLength: 1, maxLength: 8 })
+    .filter((s) => { const d = decodeBytes(s); return !d.includes('\\') && d.split('/').every((part) => part !== '.' && part !== '..') })
+}
+const segmentArb = segmentOf(pctByte)
 
 const queryArb = fc.string({ unit: fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...PCHAR, '/', '?', '=', '&') }, { weight: 1, arbitrary: pctByte }), maxLength: 24 })
 
-export const targetArb = fc.tuple(fc.array(segmentArb, { minLength: 1, maxLength: 4 }), fc.option(queryArb), fc.boolean())
-  .map(([segments, query, slash]) => '/' + segments.join('/') + (slash ? '/' : '') + (query === null ? '' : '?' + query))
+export const targetArb = targetOf(segmentArb)
+
+/** Paths where some segment holds a percent-encoded byte that is not UTF-8 (`/files/%FF`). */
+export const nonUtf8TargetArb = targetOf(fc.tuple(segmentArb, pctNonUtf8).map(([seg, pct]) => seg + pct))
+
+function targetOf (segment: fc.Arbitrary<string>): fc.Arbitrary<string> {
+  return fc.tuple(fc.array(segment, { minLength: 1, maxLength: 4 }), fc.option(queryArb), fc.boolean()).map(([segments, query, slash]) => '/' + segments.join('/') + (slash ? '/' : '') + (query === null ? '' : '?' + query))
+}
 
 const VISIBLE = [...'abcdefXYZ0123456789 -_.,;:=/+*()<>@?[]{}"\'!#$%&^`|~\\']
 const shortValue = fc.string({ unit: fc.constantFrom(...VISIBLE), maxLength: 30 }).map((s) => s.trim() === '' ? 'v' : s.trim())

@@ -9,10 +9,10 @@ import t from 'tap'
 import { call, endToEnd, headerMap, type CallerResult } from '../helpers/caller.js'
 import type { Answer, Recorded } from '../helpers/recording-upstream.js'
 import {
-  answerCaseArb, bodyArb, BODY_METHODS, hopByHopArb, METHODS, requestCaseArb, requestHeadersArb, targetArb, toAnswer,
+  answerCaseArb, bodyArb, BODY_METHODS, hopByHopArb, METHODS, nonUtf8TargetArb, requestCaseArb, requestHeadersArb, targetArb, toAnswer,
   toCallerRequest, type BodySpec, type RequestCase
 } from './arbitraries.js'
-import { checkProperty, describe, nextId, setup, statusClass, type Setup } from './harness.js'
+import { checkProperty, describe, nextId, ownError, setup, statusClass, type Setup } from './harness.js'
 
 const CALLER_HOST = 'localhost:8080'
 
@@ -25,6 +25,8 @@ async function differential (s: Setup, c: RequestCase, answer: Answer): Promise<
   const direct = await call(s.upstream.url, toCallerRequest(c, directId), { host: CALLER_HOST })
   const proxied = await call(s.proxyUrl, toCallerRequest(c, proxiedId), { host: CALLER_HOST })
   if (proxied.status !== undefined) s.expect.request(c.method, statusClass(proxied.status), proxied.complete ? 'completed' : 'truncated')
+  const code = ownError(proxied)?.error
+  if (code !== undefined && proxied.status !== direct.status) s.expect.error(code)
 
   assert.ok(direct.status !== undefined && direct.complete, `the upstream answered the direct request (${describe(direct)})`)
   sameAnswer(direct, proxied)
@@ -93,6 +95,13 @@ t.test('differential forwarding', async (t) => {
       requestCaseArb({ methods: METHODS, target: targetArb, body: fc.constant<BodySpec>({ bytes: [] }) }),
       async (c) => { await differential(s, c, okAnswer(c)) }
     ), { numRuns: 60, timeLimitMs: 10_000 })
+  })
+
+  await t.test('request targets: percent-encoded bytes that are not UTF-8 (`/files/%FF`) are legal and forwarded', async (t) => {
+    await checkProperty(t, 'non-UTF-8 percent-encoding', fc.asyncProperty(
+      requestCaseArb({ methods: METHODS, target: nonUtf8TargetArb, body: fc.constant<BodySpec>({ bytes: [] }) }),
+      async (c) => { await differential(s, c, okAnswer(c)) }
+    ), { numRuns: 20, timeLimitMs: 5_000 })
   })
 
   await t.test('headers both ways: duplicates, case, long values, hop-by-hop; any status, framing and answer body', async (t) => {
