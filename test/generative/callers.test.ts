@@ -10,7 +10,9 @@ import { call, type Abort } from '../helpers/caller.js'
 import { scrapeSettled } from '../helpers/metrics-scrape.js'
 import type { Answer } from '../helpers/recording-upstream.js'
 import { bodyOf, BODY_METHODS, bodyArb, METHODS, requestCaseArb, toCallerRequest, withoutTextBody, type BodySpec } from './arbitraries.js'
-import { checkProperty, describe, nextId, setup, statusClass } from './harness.js'
+import { checkProperty, fileBudget, describe, nextId, setup, statusClass } from './harness.js'
+
+fileBudget(t)
 
 t.test('callers that give up', async (t) => {
   const s = await setup(t, { UPSTREAM_TIMEOUT_MS: '5000' })

@@ -12,7 +12,7 @@ import {
   answerCaseArb, bodyArb, BODY_METHODS, hopByHopArb, METHODS, nonUtf8TargetArb, requestCaseArb, requestHeadersArb, targetArb, toAnswer,
   toCallerRequest, type BodySpec, type RequestCase
 } from './arbitraries.js'
-import { checkProperty, describe, nextId, ownError, setup, statusClass, type Setup } from './harness.js'
+import { checkProperty, fileBudget, describe, nextId, ownError, setup, statusClass, type Setup } from './harness.js'
 
 const CALLER_HOST = 'localhost:8080'
 
@@ -78,6 +78,8 @@ const okAnswer = (c: RequestCase): Answer => ({
   body: Buffer.from(JSON.stringify({ method: c.method, target: c.target })),
   framing: 'length'
 })
+
+fileBudget(t)
 
 t.test('differential forwarding', async (t) => {
   const s = await setup(t)

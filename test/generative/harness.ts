@@ -15,6 +15,15 @@ export const SEED = process.env.FC_SEED === undefined ? 20261123 : Number(proces
 const RUNS = process.env.FC_RUNS === undefined ? undefined : Number(process.env.FC_RUNS)
 
 /**
+ * The file's own time budget, told to the tap runner (over .taprc's 60 s: the
+ * properties' time limits bound the runs; this is the safety net on a loaded
+ * machine). Left alone for an FC_RUNS hunt, whose `--timeout` then applies.
+ */
+export function fileBudget (t: Test, ms = 120_000): void {
+  if (RUNS === undefined) t.setTimeout(ms)
+}
+
+/**
  * Runs one property and reports it as one tap assertion: on failure, fast-check's
  * own report (seed, path, the shrunk counterexample and the error) is the message.
  * `timeLimitMs` bounds the run, shrinking included, so a property that fails on

@@ -7,7 +7,7 @@ import fc from 'fast-check'
 import t from 'tap'
 import { rawRequest, statusOf } from '../helpers/raw-http.js'
 import { pick } from './arbitraries.js'
-import { checkProperty, nextId, ownError, setup, type Setup } from './harness.js'
+import { checkProperty, fileBudget, nextId, ownError, setup, type Setup } from './harness.js'
 
 interface Answered { status: number, contentType: string, body: string }
 
@@ -43,6 +43,8 @@ const brokenPathArb = fc.tuple(segment, fc.option(fc.constantFrom(...HEX)), fc.c
   .filter((p) => { try { decodeURIComponent(p.split('?')[0] ?? ''); return false } catch { return true } })
 
 const UNFORWARDED = ['CONNECT', 'TRACE', 'PROPFIND', 'MKCOL', 'PURGE', 'LINK', 'SEARCH', 'QUERY']
+
+fileBudget(t)
 
 t.test('hostile request lines', async (t) => {
   const s = await setup(t)

@@ -10,7 +10,7 @@ import t from 'tap'
 import { UPSTREAM_CONNECTIONS } from '../../src/app.js'
 import { call, headerMap, type CallerRequest, type CallerResult } from '../helpers/caller.js'
 import { scrapeSettled, seriesKey } from '../helpers/metrics-scrape.js'
-import { checkProperty, describe, nextId, ownError, setup, statusClass } from './harness.js'
+import { checkProperty, fileBudget, describe, nextId, ownError, setup, statusClass } from './harness.js'
 
 const UPSTREAM_TIMEOUT_MS = 1500
 
@@ -32,6 +32,8 @@ async function until (condition: () => boolean, timeoutMs: number): Promise<void
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
+
+fileBudget(t)
 
 t.test('saturation: a bounded, honest queue', async (t) => {
   const s = await setup(t, { UPSTREAM_TIMEOUT_MS: String(UPSTREAM_TIMEOUT_MS), IDLE_TIMEOUT_MS: '2500' })
