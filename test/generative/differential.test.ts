@@ -9,7 +9,7 @@ import t from 'tap'
 import { call, endToEnd, headerMap, type CallerResult } from '../helpers/caller.js'
 import type { Answer, Recorded } from '../helpers/recording-upstream.js'
 import {
-  answerCaseArb, bodyArb, BODY_METHODS, hopByHopArb, METHODS, nonUtf8TargetArb, requestCaseArb, requestHeadersArb, targetArb, toAnswer,
+  answerCaseArb, bodyArb, bodyOf, BODY_METHODS, hopByHopArb, METHODS, nonUtf8TargetArb, requestCaseArb, requestHeadersArb, targetArb, toAnswer,
   toCallerRequest, type BodySpec, type RequestCase
 } from './arbitraries.js'
 import { checkProperty, fileBudget, describe, nextId, ownError, setup, statusClass, type Setup } from './harness.js'
@@ -116,6 +116,45 @@ t.test('differential forwarding', async (t) => {
       answerCaseArb,
       async (c, a) => { await differential(s, c, toAnswer(a)) }
     ), { numRuns: 60, timeLimitMs: 15_000 })
+  })
+
+  await t.test('metrics agree with what the callers saw', async (t) => { await s.checkMetrics(t) })
+  await t.test('logs', async (t) => { s.checkLogs(t) })
+})
+
+const MAX_BODY_BYTES = 200_000
+
+t.test('with MAX_BODY_BYTES set, it is the only limit', async (t) => {
+  const s = await setup(t, { MAX_BODY_BYTES: String(MAX_BODY_BYTES) })
+  await s.baseline()
+
+  await t.test('a body up to MAX_BODY_BYTES is forwarded byte for byte; a larger one gets 413 BODY_TOO_LARGE and never reaches the upstream whole', async (t) => {
+    await checkProperty(t, 'MAX_BODY_BYTES', fc.asyncProperty(
+      requestCaseArb({
+        methods: BODY_METHODS,
+        body: fc.oneof(
+          bodyArb,
+          fc.record({ size: fc.integer({ min: MAX_BODY_BYTES - 16, max: MAX_BODY_BYTES + 16 }), seed: fc.nat() }),
+          fc.record({ size: fc.integer({ min: MAX_BODY_BYTES + 1, max: MAX_BODY_BYTES + 64 * 1024 }), seed: fc.nat() })
+        )
+      }).map((c) => ({ ...c, expectContinue: false })),
+      async (c) => {
+        const size = bodyOf(c.body).length
+        if (size <= MAX_BODY_BYTES) {
+          await differential(s, c, okAnswer(c))
+          return
+        }
+        const id = nextId('over')
+        s.upstream.plan(id, { kind: 'answer', answer: okAnswer(c) })
+        const result = await call(s.proxyUrl, toCallerRequest(c, id))
+        const code = ownError(result)?.error
+        if (code !== undefined) s.expect.error(code)
+        if (result.status !== undefined) s.expect.request(c.method, statusClass(result.status), result.complete ? 'completed' : 'truncated')
+        assert.equal(result.status, 413, `413 for ${size} bytes over a ${MAX_BODY_BYTES}-byte limit (${describe(result)}: ${result.body.toString('utf8').slice(0, 120)})`)
+        assert.equal(code, 'BODY_TOO_LARGE')
+        assert.ok(s.upstream.seen(id).every((r) => !r.complete), 'the upstream never got the body whole')
+      }
+    ), { numRuns: 30, timeLimitMs: 10_000 })
   })
 
   await t.test('metrics agree with what the callers saw', async (t) => { await s.checkMetrics(t) })
