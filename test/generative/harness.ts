@@ -1,0 +1,128 @@
+// What every generative test file shares: the seed and run counts, the fast-check
+// run reported through tap, the sidecar between a recording token endpoint and a
+// recording upstream, and the checks of metrics and logs across all runs.
+import fc from 'fast-check'
+import type { Test } from 'tap'
+import { build, CLIENT_SECRET } from '../helpers/build.js'
+import type { CallerResult } from '../helpers/caller.js'
+import { asObject, createTally, delta, scrapeSettled, type Samples } from '../helpers/metrics-scrape.js'
+import { startRecordingTokenEndpoint } from '../helpers/recording-token-endpoint.js'
+import { startRecordingUpstream } from '../helpers/recording-upstream.js'
+
+/** CI runs one fixed seed; `FC_SEED=<n>` replays another (a failure prints its seed). */
+export const SEED = process.env.FC_SEED === undefined ? 20261123 : Number(process.env.FC_SEED)
+/** `FC_RUNS=<n>` runs every property n times (and lifts the time limits), for a long local hunt. */
+const RUNS = process.env.FC_RUNS === undefined ? undefined : Number(process.env.FC_RUNS)
+
+/**
+ * The file's own time budget, told to the tap runner (over .taprc's 60 s: the
+ * properties' time limits bound the runs; this is the safety net on a loaded
+ * machine). Left alone for an FC_RUNS hunt, whose `--timeout` then applies.
+ */
+export function fileBudget (t: Test, ms = 120_000): void {
+  if (RUNS === undefined) t.setTimeout(ms)
+}
+
+/**
+ * Runs one property and reports it as one tap assertion: on failure, fast-check's
+ * own report (seed, path, the shrunk counterexample and the error) is the message.
+ * `timeLimitMs` bounds the run, shrinking included, so a property that fails on
+ * today's code still fits the CI budget; the counterexample is then the smallest
+ * found in that time.
+ */
+export async function checkProperty<Ts> (
+  t: Test, name: string, property: fc.IAsyncPropertyWithHooks<Ts>, { numRuns, timeLimitMs }: { numRuns: number, timeLimitMs: number }
+): Promise<boolean> {
+  const details = await fc.check(property, {
+    seed: SEED,
+    numRuns: RUNS ?? numRuns,
+    ...(process.env.FC_PATH === undefined ? {} : { path: process.env.FC_PATH }),
+    plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(timeLimitMs)] : []
+  })
+  if (details.failed) {
+    const error = details.errorInstance
+    t.fail(`${name}: property failed (seed ${details.seed}, path "${details.counterexamplePath ?? ''}")`, {
+      seed: details.seed,
+      path: details.counterexamplePath,
+      counterexample: fc.stringify(details.counterexample),
+      error: error instanceof Error ? error.message : String(error),
+      shrunk: details.numShrinks,
+      interrupted: details.interrupted,
+      replay: `FC_SEED=${details.seed} FC_PATH='${details.counterexamplePath ?? ''}' npx tap ${t.fullname.split(' > ')[0] ?? ''}`
+    })
+    return false
+  }
+  t.pass(`${name} (${details.numRuns} runs, seed ${SEED}${details.interrupted ? ', stopped at its time limit' : ''})`)
+  return true
+}
+
+export async function setup (t: Test, env: Record<string, string> = {}) {
+  const tokenEndpoint = await startRecordingTokenEndpoint(t)
+  const upstream = await startRecordingUpstream(t)
+  const sidecar = await build(t, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true', ...env })
+  const requests = createTally()
+  const errors = createTally()
+  let before: Samples | undefined
+  return {
+    ...sidecar,
+    tokenEndpoint,
+    upstream,
+    /** What the callers saw, as the metrics must count it (common.md's names and labels). */
+    expect: {
+      request (method: string, statusClass: string, outcome: 'completed' | 'aborted' | 'truncated') {
+        requests.add('store_auth_proxy_requests_total', { method, status_class: statusClass, outcome })
+      },
+      error (code: string) { errors.add('store_auth_proxy_errors_total', { code }) }
+    },
+    /** Call before the first request. */
+    async baseline () { before = await scrapeSettled(sidecar.adminUrl) },
+    /** The counters grew exactly as the callers' experience says. */
+    async checkMetrics (t: Test) {
+      const after = await scrapeSettled(sidecar.adminUrl)
+      const base = before ?? new Map()
+      t.same(asObject(delta(base, after, 'store_auth_proxy_requests_total')), asObject(requests.counts),
+        'store_auth_proxy_requests_total{method,status_class,outcome} counts what callers saw')
+      t.same(asObject(delta(base, after, 'store_auth_proxy_errors_total')), asObject(errors.counts),
+        'store_auth_proxy_errors_total{code} counts the answers the sidecar made')
+    },
+    /** No token or secret in any log line; nothing a caller or an upstream does is an ERROR. */
+    checkLogs (t: Test) {
+      const secrets = [CLIENT_SECRET, ...tokenEndpoint.issued]
+      const leaking = sidecar.logs.lines.filter((line) => secrets.some((s) => line.includes(s)))
+      t.same(leaking, [], `no log line holds the client secret or one of the ${tokenEndpoint.issued.length} tokens issued`)
+      const errorLines = sidecar.logs.entries().filter((e) => Number(e.level) >= 50)
+      t.same(errorLines.map((e) => ({ msg: e.msg, err: (e.err as { message?: string } | undefined)?.message })), [],
+        'no ERROR line for what callers and upstreams do')
+    }
+  }
+}
+
+export type Setup = Awaited<ReturnType<typeof setup>>
+
+export function statusClass (status: number | undefined): string {
+  return status === undefined ? 'none' : `${Math.floor(status / 100)}xx`
+}
+
+/** A short account of a caller's result, for assertion messages. */
+export function describe (r: CallerResult): string {
+  return `status ${r.status ?? 'none'}, ${r.body.length} bytes, ${r.complete ? 'complete' : 'incomplete'}` +
+    `${r.aborted ? ', aborted by the caller' : ''}${r.error === undefined ? '' : `, error ${r.error}`}, ${Math.round(r.elapsedMs)} ms`
+}
+
+/** The JSON error body of an answer the sidecar made itself, or undefined. */
+export function ownError (r: CallerResult): { error: string, message: string } | undefined {
+  try {
+    const parsed = JSON.parse(r.body.toString('utf8')) as { error?: unknown, message?: unknown }
+    if (typeof parsed.error === 'string' && typeof parsed.message === 'string' && /^[A-Z_]+$/.test(parsed.error)) {
+      return { error: parsed.error, message: parsed.message }
+    }
+  } catch {}
+  return undefined
+}
+
+let counter = 0
+/** A request id unique in this process. */
+export function nextId (prefix: string): string {
+  counter += 1
+  return `${prefix}-${counter}`
+}

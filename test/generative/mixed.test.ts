@@ -1,0 +1,76 @@
+// A mix: a few concurrent callers, each with its own request, its own upstream
+// behaviour (normal, early answer, cut, reset, stall, interim answers, invalid
+// bytes, 401) and maybe its own impatience. Only the invariants that hold whatever
+// happens are asserted: every caller gets a status line or sees its own abort;
+// nothing is sent twice (a 401 replay once, with another token); the metrics count
+// exactly what the callers saw; no secret in the logs.
+import assert from 'node:assert/strict'
+import fc from 'fast-check'
+import t from 'tap'
+import { call } from '../helpers/caller.js'
+import { scrapeSettled } from '../helpers/metrics-scrape.js'
+import type { Behaviour } from '../helpers/recording-upstream.js'
+import { answerCaseArb, bodyArb, requestCaseArb, toAnswer, toCallerRequest, withoutTextBody } from './arbitraries.js'
+import { checkProperty, describe, fileBudget, nextId, ownError, setup, statusClass } from './harness.js'
+
+const UPSTREAM_TIMEOUT_MS = 1000
+
+const behaviourArb: fc.Arbitrary<Behaviour> = fc.oneof(
+  answerCaseArb.map((a): Behaviour => ({ kind: 'answer', answer: toAnswer(a) })),
+  answerCaseArb.map((a): Behaviour => ({ kind: 'early', answer: { ...toAnswer(a), status: 413, framing: 'length' }, then: 'close' })),
+  // At least one body byte: a head then nothing has its own property (misbehaving-upstream.test.ts).
+  fc.record({ framing: fc.constantFrom('length', 'chunked', 'close'), sendBytes: fc.integer({ min: 1, max: 100_000 }), how: fc.constantFrom('fin', 'reset') })
+    .map((c): Behaviour => ({ kind: 'cut', ...c } as Behaviour)),
+  fc.constant<Behaviour>({ kind: 'reset' }),
+  fc.constant<Behaviour>({ kind: 'stall' }),
+  fc.tuple(fc.integer({ min: 1, max: 2 }), answerCaseArb).map(([count, a]): Behaviour => ({ kind: 'interim', code: 103, count, everyMs: 50, final: toAnswer(a) })),
+  fc.constant<Behaviour>({ kind: 'invalid', bytes: Buffer.from('HTTP/1.1 200 OK\r\nBad Header: x\r\nContent-Length: 2\r\n\r\nok') }),
+  answerCaseArb.map((a): Behaviour => ({ kind: 'unauthorized', answer: toAnswer(a) }))
+)
+
+// No HEAD: the metrics check reads the sidecar's error code from the answer body.
+const callerArb = fc.record({
+  request: requestCaseArb({ methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'], body: bodyArb }).map(withoutTextBody),
+  behaviour: behaviourArb,
+  // Only a caller whose upstream stalls gives up: its answer cannot have started, so its count is certain.
+  givesUpAfterMs: fc.option(fc.integer({ min: 10, max: 500 }))
+})
+
+fileBudget(t)
+
+t.test('a mix of callers and upstream behaviours, concurrently', async (t) => {
+  const s = await setup(t, { UPSTREAM_TIMEOUT_MS: String(UPSTREAM_TIMEOUT_MS), IDLE_TIMEOUT_MS: '3000' })
+  await s.baseline()
+
+  await t.test('every caller gets a status line or sees its own abort; nothing is sent twice', async (t) => {
+    await checkProperty(t, 'mixed', fc.asyncProperty(fc.array(callerArb, { minLength: 1, maxLength: 6 }), async (callers) => {
+      const ids = callers.map(() => nextId('mix'))
+      callers.forEach((c, i) => { s.upstream.plan(ids[i] ?? '', c.behaviour) })
+      const results = await Promise.all(callers.map((c, i) => {
+        const abort = c.behaviour.kind === 'stall' && c.givesUpAfterMs !== null ? { at: 'waiting' as const, afterMs: c.givesUpAfterMs } : null
+        return call(s.proxyUrl, toCallerRequest(c.request, ids[i] ?? '', abort), { timeoutMs: 10_000 })
+      }))
+      results.forEach((r, i) => {
+        const method = callers[i]?.request.method ?? ''
+        const code = ownError(r)?.error
+        if (r.status !== undefined && code !== undefined) s.expect.error(code)
+        s.expect.request(method, statusClass(r.status), r.aborted ? 'aborted' : r.complete ? 'completed' : 'truncated')
+      })
+      await scrapeSettled(s.adminUrl)
+      results.forEach((r, i) => {
+        const c = callers[i]
+        const seen = s.upstream.seen(ids[i] ?? '')
+        assert.ok(r.status !== undefined || r.aborted, `caller ${i} (${c?.behaviour.kind}) gets a status line or gave up itself (${describe(r)})`)
+        const allowed = c?.behaviour.kind === 'unauthorized' ? 2 : 1
+        assert.ok(seen.length <= allowed, `caller ${i} (${c?.behaviour.kind}) sent at most ${allowed} time(s), not ${seen.length}`)
+        if (seen.length === 2) {
+          const tokens = seen.map((x) => x.rawHeaders[x.rawHeaders.findIndex((h) => h.toLowerCase() === 'authorization') + 1])
+          assert.notEqual(tokens[0], tokens[1], 'a replay carries another token')
+        }
+      })
+    }), { numRuns: 40, timeLimitMs: 15_000 })
+  })
+
+  await t.test('metrics agree with what the callers saw', async (t) => { await s.checkMetrics(t) })
+  await t.test('logs', async (t) => { s.checkLogs(t) })
+})

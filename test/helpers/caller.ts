@@ -1,0 +1,173 @@
+import { request as httpRequest, type ClientRequest } from 'node:http'
+
+/** Where a caller gives up, if it does. */
+export type Abort =
+  | { at: 'midBody', afterBytes: number }
+  | { at: 'waiting', afterMs: number }
+  | { at: 'midAnswer' }
+
+/** One request exactly as a caller sends it: header names, case and duplicates, framing and body pieces. */
+export interface CallerRequest {
+  method: string
+  /** Path and query, as they go on the request line. */
+  target: string
+  headers: Array<[string, string | string[]]>
+  body: Buffer
+  /** `length`: Content-Length; `chunked`: Transfer-Encoding: chunked; `none`: no framing header (no body). */
+  framing: 'none' | 'length' | 'chunked'
+  /** The body is written in pieces that end at these offsets (each piece is a chunk when chunked). */
+  cuts: number[]
+  /** Send `Expect: 100-continue` and the body only after `100 Continue`. */
+  expectContinue: boolean
+  abort: Abort | null
+}
+
+/** What the caller saw. */
+export interface CallerResult {
+  /** The final status line's code, when one arrived. */
+  status: number | undefined
+  interim: number[]
+  rawHeaders: string[]
+  body: Buffer
+  /** The answer's framing ended cleanly. */
+  complete: boolean
+  /** The caller gave up itself (its planned abort happened). */
+  aborted: boolean
+  /** The whole request was handed to the socket. */
+  requestSent: boolean
+  error: string | undefined
+  elapsedMs: number
+}
+
+/**
+ * Sends one request over its own connection (node:http with no agent, so nothing is
+ * pooled or retried) and reports what came back, or where the caller gave up.
+ * Never rejects: a failure is part of the result.
+ */
+export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 15_000, host }: { timeoutMs?: number, host?: string } = {}): Promise<CallerResult> {
+  const { hostname, port } = new URL(baseUrl)
+  const started = performance.now()
+  return await new Promise((resolve) => {
+    const result: CallerResult = {
+      status: undefined, interim: [], rawHeaders: [], body: Buffer.alloc(0), complete: false, aborted: false, requestSent: false, error: undefined, elapsedMs: 0
+    }
+    const chunks: Buffer[] = []
+    let settled = false
+    const settle = (): void => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      result.body = Buffer.concat(chunks)
+      result.elapsedMs = performance.now() - started
+      resolve(result)
+    }
+    const timer = setTimeout(() => {
+      result.error = result.error ?? 'the test caller timed out'
+      req.destroy()
+      settle()
+    }, timeoutMs)
+    const abortNow = (): void => {
+      if (settled) return
+      result.aborted = true
+      req.destroy()
+      // Give the destroy a moment to reach the sidecar before the test looks at the upstream.
+      setTimeout(settle, 20)
+    }
+
+    const req: ClientRequest = httpRequest({ host: hostname, port: Number(port), method: spec.method, path: spec.target, agent: false, setHost: false })
+    req.setHeader('Host', host ?? `${hostname}:${port}`)
+    for (const [name, value] of spec.headers) req.setHeader(name, value)
+    if (spec.framing === 'length') req.setHeader('Content-Length', String(spec.body.length))
+    if (spec.framing === 'chunked') req.setHeader('Transfer-Encoding', 'chunked')
+    if (spec.expectContinue) req.setHeader('Expect', '100-continue')
+
+    req.on('information', (info) => { result.interim.push(info.statusCode) })
+    req.on('finish', () => { result.requestSent = true })
+    req.on('error', (err) => {
+      result.error = result.error ?? (err as NodeJS.ErrnoException).code ?? err.message
+      if (result.status === undefined && !result.aborted) settle()
+    })
+    req.on('response', (res) => {
+      result.status = res.statusCode
+      result.rawHeaders = res.rawHeaders
+      if (spec.abort?.at === 'midAnswer') {
+        res.pause()
+        abortNow()
+        return
+      }
+      res.on('data', (c: Buffer) => { chunks.push(c) })
+      res.on('end', () => { result.complete = res.complete })
+      res.on('error', (err) => { result.error = result.error ?? err.message })
+      res.on('close', settle)
+    })
+
+    const pieces: Buffer[] = []
+    let from = 0
+    for (const cut of [...spec.cuts.filter((c) => c > 0 && c < spec.body.length).sort((a, b) => a - b), spec.body.length]) {
+      if (cut > from) pieces.push(spec.body.subarray(from, cut))
+      from = Math.max(from, cut)
+    }
+    const sendBody = (): void => {
+      let written = 0
+      for (const piece of pieces) {
+        if (spec.abort?.at === 'midBody' && written + piece.length > spec.abort.afterBytes) {
+          const part = piece.subarray(0, spec.abort.afterBytes - written)
+          if (part.length > 0) req.write(part)
+          // Let the bytes written so far leave before the caller goes.
+          setTimeout(abortNow, 30)
+          return
+        }
+        req.write(piece)
+        written += piece.length
+      }
+      if (spec.abort?.at === 'midBody') {
+        setTimeout(abortNow, 30)
+        return
+      }
+      req.end()
+      if (spec.abort?.at === 'waiting') {
+        const { afterMs } = spec.abort
+        setTimeout(() => { if (result.status === undefined) abortNow() }, afterMs)
+      }
+    }
+    if (spec.expectContinue) {
+      req.flushHeaders()
+      req.once('continue', sendBody)
+    } else {
+      sendBody()
+    }
+  })
+}
+
+/** Header names in a raw list, lower-cased, to values in order. */
+export function headerMap (rawHeaders: string[]): Map<string, string[]> {
+  const map = new Map<string, string[]>()
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] ?? '').toLowerCase()
+    const list = map.get(name) ?? []
+    list.push(rawHeaders[i + 1] ?? '')
+    map.set(name, list)
+  }
+  return map
+}
+
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1) plus those the README says the sidecar
+ * drops, and every header a Connection header names: what may differ in transit.
+ */
+export const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade',
+  'proxy-authorization', 'proxy-authenticate', 'expect']
+
+/**
+ * A raw header list as its meaning: lower-case names, each name's values joined with
+ * ", " in order (RFC 9110 §5.3: the same field either way), without hop-by-hop
+ * headers and without the names in `omit`. Sorted, so it compares as a whole.
+ */
+export function endToEnd (rawHeaders: string[], omit: string[] = []): Array<[string, string]> {
+  const map = headerMap(rawHeaders)
+  const named = (map.get('connection') ?? []).join(',').split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== '')
+  const drop = new Set([...HOP_BY_HOP, ...named, ...omit])
+  return [...map.entries()].filter(([name]) => !drop.has(name))
+    .map(([name, values]): [string, string] => [name, values.map((v) => v.trim()).join(', ')])
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+}
