@@ -225,7 +225,13 @@ export function createUpstream (options: UpstreamOptions) {
         const reset = resetting
         done()
         if (closeDelimited && reset) {
+          if (!res.headersSent) {
+            // A held-back answer that was cut: nothing went out, the caller still gets a 502.
+            hooks.failed(Object.assign(new Error('the upstream reset the connection mid-answer'), { code: 'ECONNRESET' }))
+            return
+          }
           hooks.truncated()
+          res.flushHeaders()
           res.destroy()
           return
         }
@@ -237,6 +243,9 @@ export function createUpstream (options: UpstreamOptions) {
         if (expired || callerLeft) return
         if (res.headersSent) {
           hooks.truncated()
+          // The status line may still sit in Node's buffer (it goes out with the first body
+          // bytes): send it, so the caller sees the answer begun and then cut.
+          res.flushHeaders()
           res.destroy(err)
         } else if (!res.destroyed) {
           hooks.failed(err)

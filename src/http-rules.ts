@@ -86,12 +86,12 @@ export function requestTargetProblem (url: string): string | undefined {
   if (path.includes('\\')) return 'the request path must not contain a backslash'
   // Fast path: nothing that could decode into a dot-segment or a backslash.
   if (!path.includes('.') && !path.includes('%')) return undefined
-  let decoded: string
-  try {
-    decoded = decodeURIComponent(path)
-  } catch {
-    return 'the request path has invalid percent-encoding'
-  }
+  // Only `.`, `/` and `\` matter here, so only their escapes are decoded: any other
+  // percent-encoded byte is legal (RFC 3986 §2.1), UTF-8 or not (`/files/%FF`).
+  if (/%(?![0-9A-Fa-f]{2})/.test(path)) return 'the request path has invalid percent-encoding'
+  // Overlong UTF-8 forms (`%C0%AE` for `.`) are never valid, and some servers decode them anyway.
+  if (/%[cC][01]|%[eE]0%[89]|%[fF]0%8/.test(path)) return 'the request path has an overlong UTF-8 encoding'
+  const decoded = path.replace(/%(2[eEfF]|5[cC])/g, (escape) => String.fromCharCode(parseInt(escape.slice(1), 16)))
   if (decoded.includes('\\')) return 'the request path must not contain a backslash'
   for (const segment of decoded.split('/')) {
     if (segment === '.' || segment === '..') return 'the request path must not contain dot-segments'

@@ -60,6 +60,7 @@ export const BUSY_RETRY_AFTER_S = 1
 
 /** The REST methods forwarded; TRACE is refused because the upstream would echo the injected token back. */
 export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT']
+const FORWARDED = new Set(FORWARDED_METHODS)
 
 export interface ProxyOptions {
   upstreamUrl: string
@@ -132,6 +133,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   app.addHook('onRequest', function observe (request, reply, done) {
     request.exchange = observeExchange(request, reply.raw, metrics, accessLog, release)
+    // Refused before anything is read: TRACE (the upstream would echo the token back),
+    // and every method outside the forwarded set, whatever Fastify thinks of it (QUERY).
+    if (!FORWARDED.has(request.method)) {
+      done(new MethodNotAllowedError(request.method))
+      return
+    }
     const problem = requestTargetProblem(request.url) ?? requestHeadersProblem(request.raw.rawHeaders)
     if (problem !== undefined) {
       done(new BadRequestError(problem))
@@ -141,12 +148,6 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     // type is the upstream's business. It is still forwarded: headers go from rawHeaders.
     delete request.raw.headers['content-type']
     done()
-  })
-
-  app.route({
-    method: 'TRACE',
-    url: '/*',
-    handler: (request, reply) => { sendError(reply, new MethodNotAllowedError(request.method), metrics) }
   })
 
   /** preHandler: check the body size, keep a small body for a replay, and get the token. */
@@ -267,8 +268,10 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       sendError(reply, new InternalError(), metrics)
       return
     }
-    if (status < 500 && error.code === undefined) {
-      sendError(reply, new BadRequestError(error.message), metrics)
+    if (!isOwnError(error)) {
+      // Fastify's own 4xx: its code and message (which may echo the URL) stay in the log.
+      request.log.debug({ code: error.code, reason: error.message }, 'request refused')
+      sendError(reply, new BadRequestError('the request is malformed'), metrics)
       return
     }
     sendError(reply, error, metrics)
@@ -348,6 +351,8 @@ function upstreamError (error: Error): FastifyError {
 /** llhttp's parse errors, undici's refusals of a response, and what Node refuses to send on: not valid HTTP. */
 function isBadResponse (error: Error, code: string): boolean {
   if (error.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_INFO') return true
+  // Before any of the answer went out: two different Content-Lengths, or a body that does not match one.
+  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return true
   // undici refuses an unsolicited 101 ('bad upgrade') and a 100 Continue it did not ask for ('bad response').
   if (code === 'UND_ERR_SOCKET' && (error.message === 'bad response' || error.message === 'bad upgrade')) return true
   return code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE'

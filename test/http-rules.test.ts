@@ -74,7 +74,9 @@ t.test('Connection options are parsed as a comma list, any case, repeated header
 
 const accepted = [
   '/', '/v2/store/products/LM358BIDR?currency=USD', '/v2/store/products/%2FNOPB', '/a/.well-known/x',
-  '/a/...', '/file.json', '/q?next=/../x', '/%E2%9C%93'
+  '/a/...', '/file.json', '/q?next=/../x', '/%E2%9C%93',
+  // Percent-encoded bytes that are not UTF-8 are legal (RFC 3986 §2.1): the generative suite's find.
+  '/files/%FF', '/a%80', '/%fe%ff/x'
 ]
 const refused: Array<[string, RegExp]> = [
   ['http://evil.example/x', /origin-form/],
@@ -91,7 +93,12 @@ const refused: Array<[string, RegExp]> = [
   ['/a\\..\\b', /backslash/],
   ['/\\evil.example', /backslash/],
   ['/a/%5c..%5cb', /backslash/],
-  ['/a/%zz', /invalid percent-encoding/]
+  ['/a/%zz', /invalid percent-encoding/],
+  ['/a/%2', /invalid percent-encoding/],
+  ['/a/%c0%ae%c0%ae/b', /overlong/],
+  ['/a/%C1%9C', /overlong/],
+  ['/a/%e0%80%ae', /overlong/],
+  ['/a/%F0%80%80%AE', /overlong/]
 ]
 
 t.test('request targets that are forwarded', async (t) => {

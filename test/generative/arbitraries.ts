@@ -137,16 +137,6 @@ export function requestCaseArb ({ methods = METHODS as readonly string[], target
   })
 }
 
-/**
- * The same case without a text/* content type. Today's proxy scope parses text bodies
- * (issue 10, item 1), which the differential bodies property shows; the properties
- * about other behaviour use this so that failure does not hide theirs.
- */
-export function withoutTextBody (c: RequestCase): RequestCase {
-  const text = c.contentType?.toLowerCase().startsWith('text/') ?? false
-  return text ? { ...c, contentType: 'application/octet-stream' } : c
-}
-
 /** The wire form of a case, with the test's request id header and, maybe, an abort. */
 export function toCallerRequest (c: RequestCase, id: string, abort: Abort | null = null): CallerRequest {
   const body = bodyOf(c.body)

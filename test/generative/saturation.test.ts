@@ -36,7 +36,7 @@ async function until (condition: () => boolean, timeoutMs: number): Promise<void
 fileBudget(t)
 
 t.test('saturation: a bounded, honest queue', async (t) => {
-  const s = await setup(t, { UPSTREAM_TIMEOUT_MS: String(UPSTREAM_TIMEOUT_MS), IDLE_TIMEOUT_MS: '2500' })
+  const s = await setup(t, { UPSTREAM_TIMEOUT_MS: String(UPSTREAM_TIMEOUT_MS), IDLE_TIMEOUT_MS: '2500', UPSTREAM_QUEUE_TIMEOUT_MS: '300', TOKEN_WAIT_MS: '500' })
   await s.baseline()
 
   const tally = (r: CallerResult): void => {
@@ -98,7 +98,9 @@ t.test('saturation: a bounded, honest queue', async (t) => {
 
   await t.test('queued callers that give up are never sent, even once connections free up', async (t) => {
     await checkProperty(t, 'saturation, callers give up', fc.asyncProperty(
-      fc.array(fc.integer({ min: 50, max: 600 }), { minLength: 1, maxLength: 12 }),
+      // Clear of UPSTREAM_QUEUE_TIMEOUT_MS (300): a caller that gives up in the very moment
+      // its 503 is written races it, and the sidecar rightly counts a 503 it sent whole.
+      fc.array(fc.oneof(fc.integer({ min: 50, max: 180 }), fc.integer({ min: 450, max: 600 })), { minLength: 1, maxLength: 12 }),
       async (queued) => { await saturate(queued) }
     ), { numRuns: 2, timeLimitMs: 15_000 })
   })

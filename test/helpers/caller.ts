@@ -108,6 +108,8 @@ export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 
       from = Math.max(from, cut)
     }
     const sendBody = (): void => {
+      // A caller that gives up mid-upload has sent its head: the sidecar saw a request.
+      if (spec.abort?.at === 'midBody') req.flushHeaders()
       let written = 0
       for (const piece of pieces) {
         if (spec.abort?.at === 'midBody' && written + piece.length > spec.abort.afterBytes) {
