@@ -57,7 +57,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   })
   const requestDuration = new Histogram({
     name: `${METRIC_PREFIX}request_duration_seconds`,
-    help: 'Duration of proxied requests, from arrival to the end of the answer.',
+    help: 'Duration of proxied requests, from arrival to the end of the answer, by class of the status line sent (none if none was).',
+    labelNames: ['status_class'] as const,
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [registry]
   })

@@ -93,7 +93,7 @@ export function observeExchange (
     if (outcome !== 'completed') exchange.gone = true
     release(exchange)
     metrics.requests.inc({ method: methodLabel(request.method), status_class: statusClass(status), outcome })
-    metrics.requestDuration.observe(durationMs / 1000)
+    metrics.requestDuration.observe({ status_class: statusClass(status) }, durationMs / 1000)
     if (accessLog) {
       request.log.info({
         method: request.method,
@@ -262,19 +262,16 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       request.log.debug({ code: error.code, reason: error.message }, 'caller closed the connection before its request was sent')
       return
     }
-    const status = error.statusCode ?? 500
-    if (status >= 500 && !isOwnError(error)) {
+    if (isOwnError(error)) {
+      sendError(reply, error, metrics)
+    } else if ((error.statusCode ?? 500) >= 500) {
       request.log.error({ err: error }, 'request failed')
       sendError(reply, new InternalError(), metrics)
-      return
-    }
-    if (!isOwnError(error)) {
-      // Fastify's own 4xx: its code and message (which may echo the URL) stay in the log.
+    } else {
+      // Fastify's or a plugin's own 4xx: its code and message (which may echo the URL) stay in the log.
       request.log.debug({ code: error.code, reason: error.message }, 'request refused')
       sendError(reply, new BadRequestError('the request is malformed'), metrics)
-      return
     }
-    sendError(reply, error, metrics)
   }
 
   await app.register(httpProxy, {

@@ -85,6 +85,25 @@ export async function setup (t: Test, env: Record<string, string> = {}) {
       t.same(asObject(delta(base, after, 'store_auth_proxy_errors_total')), asObject(errors.counts),
         'store_auth_proxy_errors_total{code} counts the answers the sidecar made')
     },
+    /**
+     * Every request counted exactly once, by method. For concurrent callers that give up
+     * or upload while the upstream answers early, the caller's view and the sidecar's can
+     * differ in the instant an answer races a close (README, Generative tests); the exact
+     * status class and outcome are checked by the single-behaviour files.
+     */
+    async checkMetricTotals (t: Test) {
+      const after = await scrapeSettled(sidecar.adminUrl)
+      const byMethod = (series: Map<string, number>): Record<string, number> => {
+        const totals: Record<string, number> = {}
+        for (const [key, n] of series) {
+          const method = /method="([^"]*)"/.exec(key)?.[1] ?? ''
+          totals[method] = (totals[method] ?? 0) + n
+        }
+        return totals
+      }
+      t.same(byMethod(delta(before ?? new Map(), after, 'store_auth_proxy_requests_total')), byMethod(requests.counts),
+        'store_auth_proxy_requests_total counts every request once, by method')
+    },
     /** No token or secret in any log line; nothing a caller or an upstream does is an ERROR. */
     checkLogs (t: Test) {
       const secrets = [CLIENT_SECRET, ...tokenEndpoint.issued]

@@ -71,6 +71,12 @@ t.test('a mix of callers and upstream behaviours, concurrently', async (t) => {
     }), { numRuns: 40, timeLimitMs: 15_000 })
   })
 
-  await t.test('metrics agree with what the callers saw', async (t) => { await s.checkMetrics(t) })
+  // Found by a random-seed run (seed 1795455542, 200 runs): a caller whose multi-MiB
+  // upload is backpressured by a stalled upstream is not seen to leave (Node reads no
+  // further from its socket, so its FIN waits unread), and the sidecar counts the 504 it
+  // later writes as completed (README, Generative tests); an answer that races a caller's
+  // close can likewise be complete on one side only. The exact status class and outcome
+  // are checked by the single-behaviour files; here, that every request counts once.
+  await t.test('metrics count every request once', async (t) => { await s.checkMetricTotals(t) })
   await t.test('logs', async (t) => { s.checkLogs(t) })
 })
