@@ -117,7 +117,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   proxyServer.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
     const body = JSON.stringify({ error: 'METHOD_NOT_ALLOWED', message: new MethodNotAllowedError('CONNECT').message })
     metrics.errors.inc({ code: 'METHOD_NOT_ALLOWED' })
-    metrics.requests.inc({ method: methodLabel('CONNECT'), status_class: '4xx', outcome: 'completed' })
+    metrics.recordExchange(methodLabel('CONNECT'), '4xx', 'completed', 0)
     if (config.accessLog) proxyLog.info({ method: 'CONNECT', url: req.url, statusCode: 405, outcome: 'completed' }, 'request')
     socket.end('HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\n' +
       `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)

@@ -120,6 +120,7 @@ export function createUpstream (options: UpstreamOptions) {
     let expired = false
     let callerLeft = false
     let controller: Dispatcher.DispatchController | undefined
+    let startedAt = 0
     let finalTimer: NodeJS.Timeout | undefined
     let queueTimer: NodeJS.Timeout | undefined
     let held: { statusCode: number, headers: HeldAnswer['headers'], chunks: Buffer[], bytes: number } | undefined
@@ -145,7 +146,6 @@ export function createUpstream (options: UpstreamOptions) {
       leaveQueue()
       hooks.failed(new UpstreamBusyError())
     }
-    queueTimer = setTimeout(expire, queueTimeoutMs)
 
     const callerGone = (): void => {
       callerLeft = true
@@ -187,18 +187,21 @@ export function createUpstream (options: UpstreamOptions) {
         }
         leaveQueue()
         controller = c
-        // undici's headersTimeout restarts on every interim answer; this bounds the final one.
-        finalTimer = setTimeout(() => {
-          c.abort(Object.assign(new Error('no final answer in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))
-        }, timeoutMs)
+        startedAt = performance.now()
       },
       onResponseStart (c, statusCode, headers) {
         if (statusCode < 100 || statusCode > 999) {
           c.abort(new UpstreamBadResponseError())
           return
         }
-        // An interim answer (103 Early Hints) is not the answer: wait for the final one.
-        if (statusCode < 200) return
+        // An interim answer (103 Early Hints) is not the answer: wait for the final one. undici's
+        // headersTimeout restarts on each; from the first on, this timer bounds the final answer.
+        if (statusCode < 200) {
+          finalTimer ??= setTimeout(() => {
+            c.abort(Object.assign(new Error('no final answer in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))
+          }, Math.max(0, timeoutMs - (performance.now() - startedAt)))
+          return
+        }
         clearTimeout(finalTimer)
         closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
           request.method !== 'HEAD' && !statusOnly(statusCode)
@@ -252,6 +255,9 @@ export function createUpstream (options: UpstreamOptions) {
         }
       }
     })
+    // A request that found a free connection is on it by now (at once, or a microtask later
+    // for a streamed body): only one still waiting needs the queue's timer.
+    queueMicrotask(() => { if (waiting && !expired) queueTimer = setTimeout(expire, queueTimeoutMs) })
   }
 
   return {

@@ -89,7 +89,29 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   })
   build.set({ version: buildInfo.version, revision: buildInfo.revision, node: buildInfo.node }, 1)
 
-  return { registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight, errors, upstreamQueued }
+  // The per-request path: label children looked up once per label set, not hashed per call.
+  const requestChildren = new Map<string, { inc: () => void }>()
+  const durationChildren = new Map<string, { observe: (seconds: number) => void }>()
+  /** Counts one finished exchange on the proxy port (labels: see requests and requestDuration). */
+  function recordExchange (method: string, statusClassLabel: string, outcome: Outcome, seconds: number): void {
+    const key = `${method} ${statusClassLabel} ${outcome}`
+    let count = requestChildren.get(key)
+    if (count === undefined) {
+      count = requests.labels(method, statusClassLabel, outcome)
+      requestChildren.set(key, count)
+    }
+    count.inc()
+    let duration = durationChildren.get(statusClassLabel)
+    if (duration === undefined) {
+      duration = requestDuration.labels(statusClassLabel)
+      durationChildren.set(statusClassLabel, duration)
+    }
+    duration.observe(seconds)
+  }
+
+  return {
+    registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight, errors, upstreamQueued, recordExchange
+  }
 }
 
 export type Metrics = ReturnType<typeof createMetrics>

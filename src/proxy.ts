@@ -92,8 +92,7 @@ export function observeExchange (
     const outcome: Outcome = res.writableFinished ? 'completed' : exchange.truncated ? 'truncated' : 'aborted'
     if (outcome !== 'completed') exchange.gone = true
     release(exchange)
-    metrics.requests.inc({ method: methodLabel(request.method), status_class: statusClass(status), outcome })
-    metrics.requestDuration.observe({ status_class: statusClass(status) }, durationMs / 1000)
+    metrics.recordExchange(methodLabel(request.method), statusClass(status), outcome, durationMs / 1000)
     if (accessLog) {
       request.log.info({
         method: request.method,
