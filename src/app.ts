@@ -1,14 +1,14 @@
-import type { IncomingMessage } from 'node:http'
+import { STATUS_CODES, type IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin.js'
 import type { Clock } from './clock.js'
 import type { Config } from './config.js'
-import { BadRequestError, MethodNotAllowedError } from './errors.js'
+import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, type ErrorBody } from './errors.js'
 import { createUpstream } from './forward.js'
-import { createMetrics, methodLabel, type Metrics } from './metrics.js'
+import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import proxy, { observeExchange, sendError } from './proxy.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
@@ -104,6 +104,16 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     connectionTimeout: config.idleTimeoutMs,
+    // What Node's parser refuses never reaches a route: answered here, in the same shape.
+    clientErrorHandler (err, socket) {
+      // A reset connection has nobody to answer (as Fastify's own handler does).
+      if (err.code === 'ECONNRESET' || socket.destroyed) return
+      const head = (err as { rawPacket?: unknown }).rawPacket
+      answerRaw(socket, Buffer.isBuffer(head) ? head : undefined, err.code === 'HPE_HEADER_OVERFLOW'
+        ? new HeadersTooLargeError(config.maxHeaderBytes)
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP'))
+      socket.destroySoon()
+    },
     // A path whose percent-encoding does not decode (`/%zz`) fails in the router, before
     // any hook: answer it like every other refusal, counted and logged, the URL not echoed.
     frameworkErrors: (error, request, reply) => {
@@ -113,14 +123,26 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
         : new BadRequestError('the request could not be routed'), metrics)
     }
   })
+  /**
+   * Answers on a bare socket, for what never becomes a Fastify request: CONNECT, and
+   * requests Node's parser refuses (head too large or too slow, not valid HTTP). Same
+   * JSON shape, counted and logged like every other answer; the connection is closed.
+   */
+  function answerRaw (socket: Duplex, head: Buffer | undefined, error: FastifyError): void {
+    const status = error.statusCode ?? 400
+    const method = /^([A-Z]+) /.exec(head?.toString('latin1', 0, 24) ?? '')?.[1] ?? 'OTHER'
+    metrics.errors.inc({ code: error.code })
+    metrics.recordExchange(methodLabel(method), statusClass(status), 'completed', 0)
+    if (config.accessLog) proxyLog.info({ method, statusCode: status, outcome: 'completed', error: error.code }, 'request')
+    const body = JSON.stringify({ error: error.code, message: error.message } satisfies ErrorBody)
+    if (socket.writable) {
+      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+    }
+  }
   // Node hands CONNECT to a 'connect' listener, or drops the connection without a word.
-  proxyServer.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
-    const body = JSON.stringify({ error: 'METHOD_NOT_ALLOWED', message: new MethodNotAllowedError('CONNECT').message })
-    metrics.errors.inc({ code: 'METHOD_NOT_ALLOWED' })
-    metrics.recordExchange(methodLabel('CONNECT'), '4xx', 'completed', 0)
-    if (config.accessLog) proxyLog.info({ method: 'CONNECT', url: req.url, statusCode: 405, outcome: 'completed' }, 'request')
-    socket.end('HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\n' +
-      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+  proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,

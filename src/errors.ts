@@ -21,6 +21,12 @@ export const UpstreamBadResponseError = createError(
 export const BadRequestError = createError(
   'BAD_REQUEST', '%s', 400)
 
+export const HeadersTooLargeError = createError(
+  'HEADERS_TOO_LARGE', 'the request head exceeds %d bytes', 431)
+
+export const RequestTimeoutError = createError(
+  'REQUEST_TIMEOUT', 'the request was not received in time', 408)
+
 export const MethodNotAllowedError = createError(
   'METHOD_NOT_ALLOWED', 'the %s method is not forwarded', 405)
 
@@ -35,7 +41,7 @@ export const InternalError = createError(
 
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
-  BadRequestError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, InternalError
+  BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, InternalError
 ]
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */

@@ -53,3 +53,22 @@ t.test('a duplicate Host header: 400 (RFC 9112 §3.2), nothing forwarded', async
   t.same(bodyOf(answer), { error: 'BAD_REQUEST', message: 'the request has more than one Host header' })
   t.equal(upstream.received.length, 0)
 })
+
+t.test('what Node\'s parser refuses (a head over MAX_HEADER_BYTES): the sidecar\'s JSON shape, counted under its method, logged', async (t) => {
+  const { proxyUrl, adminUrl, upstream, logs } = await sidecar(t)
+  const answer = await rawRequest(proxyUrl, head(['PATCH /x HTTP/1.1', 'Host: localhost', `X-Big: ${'a'.repeat(20_000)}`, 'Connection: close']))
+  t.equal(statusOf(answer), 431)
+  t.same(bodyOf(answer), { error: 'HEADERS_TOO_LARGE', message: 'the request head exceeds 16384 bytes' })
+  t.equal(upstream.received.length, 0)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'HEADERS_TOO_LARGE' }), 1)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'PATCH', status_class: '4xx', outcome: 'completed' }), 1)
+  t.ok(logs.entries().some((e) => e.msg === 'request' && e.statusCode === 431), 'an access line')
+})
+
+t.test('bytes that are not HTTP: 400 BAD_REQUEST in the sidecar\'s shape, counted', async (t) => {
+  const { proxyUrl, adminUrl } = await sidecar(t)
+  const answer = await rawRequest(proxyUrl, 'GET /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n')
+  t.equal(statusOf(answer), 400)
+  t.same(bodyOf(answer), { error: 'BAD_REQUEST', message: 'the request is not valid HTTP' })
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'BAD_REQUEST' }), 1)
+})
