@@ -1,4 +1,4 @@
-import { STATUS_CODES, type IncomingMessage } from 'node:http'
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
@@ -106,12 +106,32 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     connectionTimeout: config.idleTimeoutMs,
     // What Node's parser refuses never reaches a route: answered here, in the same shape.
     clientErrorHandler (err, socket) {
-      // A reset connection has nobody to answer (as Fastify's own handler does).
-      if (err.code === 'ECONNRESET' || socket.destroyed) return
-      const head = (err as { rawPacket?: unknown }).rawPacket
-      answerRaw(socket, Buffer.isBuffer(head) ? head : undefined, err.code === 'HPE_HEADER_OVERFLOW'
+      // Nobody to answer: a reset connection (as in Fastify's own handler), or a caller
+      // that closed mid-message (its exchange counts itself as aborted).
+      if (err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE' || socket.destroyed) {
+        socket.destroy()
+        return
+      }
+      const error = err.code === 'HPE_HEADER_OVERFLOW'
         ? new HeadersTooLargeError(config.maxHeaderBytes)
-        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP'))
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP')
+      // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
+      // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
+      const res = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+      if (res != null) {
+        if (res.headersSent) {
+          socket.destroy()
+          return
+        }
+        metrics.errors.inc({ code: error.code })
+        res.once('finish', () => { socket.destroy() })
+        const body = errorJson(error)
+        res.writeHead(error.statusCode ?? 400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' })
+        res.end(body)
+        return
+      }
+      const head = (err as { rawPacket?: unknown }).rawPacket
+      answerRaw(socket, Buffer.isBuffer(head) ? head : undefined, error)
       socket.destroySoon()
     },
     // A path whose percent-encoding does not decode (`/%zz`) fails in the router, before
@@ -134,7 +154,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     metrics.errors.inc({ code: error.code })
     metrics.recordExchange(methodLabel(method), statusClass(status), 'completed', 0)
     if (config.accessLog) proxyLog.info({ method, statusCode: status, outcome: 'completed', error: error.code }, 'request')
-    const body = JSON.stringify({ error: error.code, message: error.message } satisfies ErrorBody)
+    const body = errorJson(error)
     if (socket.writable) {
       socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\n` +
         `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
@@ -190,4 +210,9 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await upstream.close()
     await admin.close()
   }
+}
+
+/** The body of every answer the sidecar makes itself (see errors.ts). */
+function errorJson (error: FastifyError): string {
+  return JSON.stringify({ error: error.code, message: error.message } satisfies ErrorBody)
 }

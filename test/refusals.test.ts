@@ -72,3 +72,13 @@ t.test('bytes that are not HTTP: 400 BAD_REQUEST in the sidecar\'s shape, counte
   t.same(bodyOf(answer), { error: 'BAD_REQUEST', message: 'the request is not valid HTTP' })
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'BAD_REQUEST' }), 1)
 })
+
+t.test('a head that parses but a body that is not valid HTTP (Transfer-Encoding: xchunked): one 400 in the sidecar\'s shape, counted once', async (t) => {
+  const { proxyUrl, adminUrl, upstream } = await sidecar(t)
+  const answer = await rawRequest(proxyUrl, head(['POST /x HTTP/1.1', 'Host: localhost', 'Transfer-Encoding: xchunked']) + '3\r\nabc\r\n0\r\n\r\n')
+  t.equal(statusOf(answer), 400)
+  t.same(bodyOf(answer), { error: 'BAD_REQUEST', message: 'the request is not valid HTTP' })
+  t.equal(upstream.received.length, 0)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'BAD_REQUEST' }), 1)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'POST', status_class: '4xx', outcome: 'completed' }), 1)
+})
