@@ -102,8 +102,14 @@ t.test('configuration: rule errors among every other problem; both sources is an
 t.test('configuration: defaults, and the Redis URL checked without ever repeating it', async (t) => {
   const config = loadConfig(base)
   t.same({ ...config.rateLimits, rules: [...config.rateLimits.rules] }, {
-    rules: [], rulesSource: undefined, maxWaitMs: 1000, cooldownMs: 1000, cooldownMaxMs: 3_600_000,
-    redisUrl: undefined, redisUrlSource: undefined, redisTimeoutMs: 200
+    rules: [],
+    rulesSource: undefined,
+    maxWaitMs: 1000,
+    cooldownMs: 1000,
+    cooldownMaxMs: 3_600_000,
+    redisUrl: undefined,
+    redisUrlSource: undefined,
+    redisTimeoutMs: 200
   })
   const secret = 'Sup3rRedisPass'
   for (const [url, problem] of [

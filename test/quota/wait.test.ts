@@ -34,7 +34,7 @@ t.test('a burst over a per-second budget waits for the next window and is sent, 
 })
 
 t.test('a budget that frees later than RATE_LIMIT_MAX_WAIT_MS is refused at once; 0 never waits', async (t) => {
-  const s = await quotaSidecar(t, { RATE_LIMITS: `GET /v2/store/x 1/5s; GET /v2/store/y 1/1s`, RATE_LIMIT_MAX_WAIT_MS: '1000' })
+  const s = await quotaSidecar(t, { RATE_LIMITS: 'GET /v2/store/x 1/5s; GET /v2/store/y 1/1s', RATE_LIMIT_MAX_WAIT_MS: '1000' })
   t.equal((await s.call('/v2/store/x', 'x1')).status, 200)
   const refused = await s.call('/v2/store/x', 'x2')
   t.equal(refused.status, 429, 'frees in 5 s, more than the 1 s it may wait')
