@@ -16,7 +16,7 @@ import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { measured, waitQuiet } from './lib/noise.js'
 import { BENCH_DIR, die, log, parseOptions, REPO } from './lib/options.js'
-import { CLK_TCK, rssOf } from './lib/proc.js'
+import { CLK_TCK, rssAnonOf, rssOf } from './lib/proc.js'
 import { httpOk, killAll, killChildrenOnExit, launch, sleep, stop, tcpAccepts, waitFor, freePort, type Spawned } from './lib/processes.js'
 import { report, type Results } from './lib/report.js'
 import { f } from './lib/stats.js'
@@ -48,7 +48,7 @@ async function main (): Promise<void> {
     tasksetOk ? undefined : 'util-linux (taskset)'
   ].filter((x) => x !== undefined)
   if (missing.length > 0) die(`missing: ${missing.join(', ')}. Install with: apt-get install -y wrk nginx`)
-  for (const s of o.sidecars) {
+  for (const s of [...o.sidecars, ...o.floors]) {
     if (!existsSync(entryPoint(s.dir))) die(`${s.name}: ${entryPoint(s.dir)} not found: run npm run build there`)
   }
   const nodeVersions = new Map<string, string>()
@@ -66,7 +66,7 @@ async function main (): Promise<void> {
   const runDir = o.out ?? join(REPO, 'bench', 'results', `${o.smoke ? 'smoke-' : ''}${stamp}`)
   const logDir = join(runDir, 'logs')
   mkdirSync(logDir, { recursive: true })
-  if (o.cpuProf !== undefined) for (const s of o.sidecars) mkdirSync(join(o.cpuProf, s.name), { recursive: true })
+  if (o.cpuProf !== undefined) for (const s of [...o.sidecars, ...o.floors]) mkdirSync(join(o.cpuProf, s.name), { recursive: true })
 
   const pin = o.pin && cpus().length >= 2
   // The orchestrator itself (it only samples /proc) shares the load generator's core.
@@ -114,8 +114,9 @@ async function main (): Promise<void> {
       streamRounds: o.streamRounds,
       startups: o.startups,
       sidecars: o.sidecars,
+      floors: o.floors,
       pinning: pin
-        ? `proxies (sidecar, nginx master+worker) on core ${o.proxyCore}; load generator, upstream, token stand-in and this script on core ${o.loadCore}`
+        ? `proxies (sidecars, floors, nginx master+worker) on core ${o.proxyCore}; load generator, upstream, token stand-in and this script on core ${o.loadCore}`
         : 'none',
       argv: process.argv.slice(2)
     },
@@ -131,10 +132,10 @@ async function main (): Promise<void> {
   // 1. Start-up and idle RSS, before anything else runs.
   if (o.workloads.has('startup')) {
     for (let i = 1; i <= o.startups; i++) {
-      for (const s of o.sidecars) {
+      for (const s of [...o.sidecars, ...o.floors]) {
         const r = await startup(env, s.name, s.dir, s.node ?? o.node, i)
         results.startup.push(r)
-        log(`startup ${s.name} #${i}: listening ${f(r.listeningMs, 0)} ms, ready ${f(r.readyMs, 0)} ms, idle RSS ${f(r.idleRssMiB)} MiB`)
+        log(`startup ${s.name} #${i}: listening ${f(r.listeningMs, 0)} ms, ready ${f(r.readyMs, 0)} ms, idle RSS ${f(r.idleRssMiB)} MiB (private ${f(r.idleRssAnonMiB)})`)
       }
     }
   }
@@ -150,6 +151,11 @@ async function main (): Promise<void> {
     targets.push(target)
     running.push(p)
   }
+  for (const s of o.floors) {
+    const { target, process: p } = await startSidecar(env, s.name, s.dir, s.node, 'floor')
+    targets.push(target)
+    running.push(p)
+  }
   if (o.withNginx) {
     const { target, process: p } = await startNginx(env)
     targets.push(target)
@@ -158,7 +164,8 @@ async function main (): Promise<void> {
   await sleep(1000)
   for (const t of targets) {
     t.idleRssMiB = t.proc === undefined ? undefined : rssOf(t.proc)
-    results.targets.push({ name: t.name, kind: t.kind, idleRssMiB: t.idleRssMiB })
+    t.idleRssAnonMiB = t.proc === undefined ? undefined : rssAnonOf(t.proc)
+    results.targets.push({ name: t.name, kind: t.kind, idleRssMiB: t.idleRssMiB, idleRssAnonMiB: t.idleRssAnonMiB })
   }
 
   const needsLoad = o.workloads.has('saturation') || o.workloads.has('rate')
@@ -173,7 +180,7 @@ async function main (): Promise<void> {
       for (const t of targets) {
         const r = await measured(env, results.discarded, () => wrk(env, t, o.saturationS, round))
         results.saturation.push(r)
-        log(`saturation round ${round} ${t.name}: ${f(r.rps, 0)} req/s, p99 ${f(r.latencyMs.p99 ?? NaN, 2)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, RSS ${f(r.peakRssMiB)} MiB, errors ${r.errors}, other load ${f(r.foreignCpuPct, 0)} %`)
+        log(`saturation round ${round} ${t.name}: ${f(r.rps, 0)} req/s, p99 ${f(r.latencyMs.p99 ?? NaN, 2)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, RSS ${f(r.peakRssMiB)} MiB (private ${f(r.peakRssAnonMiB)}), errors ${r.errors}, other load ${f(r.foreignCpuPct, 0)} %`)
       }
     }
   }
@@ -195,7 +202,7 @@ async function main (): Promise<void> {
           const quiet = await waitQuiet(env)
           const r = { ...await stream(env, t, direction, round), busyBeforePct: quiet }
           results.stream.push(r)
-          log(`stream round ${round} ${t.name} ${direction}: ${f(r.mibPerS, 0)} MiB/s, RSS ${f(r.rssBeforeMiB)} → peak ${f(r.peakRssMiB)} MiB`)
+          log(`stream round ${round} ${t.name} ${direction}: ${f(r.mibPerS, 0)} MiB/s, RSS ${f(r.rssBeforeMiB)} → peak ${f(r.peakRssMiB)} MiB, private ${f(r.rssAnonBeforeMiB)} → ${f(r.peakRssAnonMiB)} MiB`)
         }
       }
     }

@@ -1,25 +1,30 @@
 // Per-run accounting of a target: CPU (proxy, upstream, load generator, the machine's
 // other load) from /proc before and after a run, and RSS sampled while it lasts.
 import type { Env, Target } from './targets.js'
-import { coreTicks, cpuOf, cpuSeconds, CLK_TCK, peakRssOf, rssOf } from './proc.js'
+import { coreTicks, cpuOf, cpuSeconds, CLK_TCK, peakRssOf, rssAnonOf, rssOf } from './proc.js'
 
 export interface Sampler {
-  stop: () => { peakRssMiB: number, loadCpuS: number }
+  stop: () => { peakRssMiB: number, peakRssAnonMiB: number, loadCpuS: number }
 }
 
 /** Samples the proxy's RSS (and the load generator's CPU, which is gone once it exits) while a run lasts. */
 export function sample (target: Target, loadPid: () => number | undefined, everyMs: number): Sampler {
   let peak = target.proc === undefined ? NaN : rssOf(target.proc)
+  // The kernel keeps no high-water mark of RssAnon: its peak is the highest sample.
+  let peakAnon = target.proc === undefined ? NaN : rssAnonOf(target.proc)
   let loadCpu = 0
   const timer = setInterval(() => {
-    if (target.proc !== undefined) peak = Math.max(peak, rssOf(target.proc))
+    if (target.proc !== undefined) {
+      peak = Math.max(peak, rssOf(target.proc))
+      peakAnon = Math.max(peakAnon, rssAnonOf(target.proc))
+    }
     const pid = loadPid()
     if (pid !== undefined) loadCpu = cpuSeconds(pid) ?? loadCpu
   }, everyMs)
   return {
     stop: () => {
       clearInterval(timer)
-      return { peakRssMiB: target.proc === undefined ? NaN : Math.max(peak, peakRssOf(target.proc)), loadCpuS: loadCpu }
+      return { peakRssMiB: target.proc === undefined ? NaN : Math.max(peak, peakRssOf(target.proc)), peakRssAnonMiB: peakAnon, loadCpuS: loadCpu }
     }
   }
 }

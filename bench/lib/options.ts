@@ -1,5 +1,5 @@
 // The command line of bench/run.ts: every option, its default, and what --smoke shortens.
-import { dirname, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { shippedNodeFlags } from './shipped.js'
 
@@ -23,6 +23,9 @@ export interface Options {
   warmupS: number
   workloads: Set<string>
   sidecars: Array<{ name: string, dir: string, node: string | undefined }>
+  /** The floors (bench/floors/): node:http + undici, and Fastify + @fastify/http-proxy on defaults. */
+  floors: Array<{ name: string, dir: string, node: string }>
+  withFloors: boolean
   withNginx: boolean
   withDirect: boolean
   node: string
@@ -55,7 +58,8 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                           or a script instead of DIR, e.g. a floor: dist/bench/floors/node-floor.js;
                           @NODE runs this one with another node binary, and flags: @"/path/node --flag"
                           (without @NODE: the node flags of DIR's "npm start", as shipped)
-  --no-nginx, --no-direct leave a target out
+  --no-nginx, --no-direct, --no-floors  leave a target out (the floors: node-floor and fastify-floor,
+                          bench/floors/, run with the same node and flags as a sidecar without @NODE)
   --node PATH             node binary (and flags) for the sidecars (default: the one running this script)
   --no-pin                do not pin with taskset
   --cpu-prof DIR          run the sidecars with --cpu-prof, profiles written to DIR at the end
@@ -82,6 +86,8 @@ export function parseOptions (argv: string[]): Options {
     warmupS: 3,
     workloads: new Set(['startup', 'saturation', 'rate', 'stream']),
     sidecars: [],
+    floors: [],
+    withFloors: true,
     withNginx: true,
     withDirect: true,
     node: process.execPath,
@@ -129,6 +135,7 @@ export function parseOptions (argv: string[]): Options {
         break
       }
       case '--no-nginx': o.withNginx = false; break
+      case '--no-floors': o.withFloors = false; break
       case '--no-direct': o.withDirect = false; break
       case '--node': o.node = value(); break
       case '--no-pin': o.pin = false; break
@@ -146,6 +153,11 @@ export function parseOptions (argv: string[]): Options {
   if (o.sidecars.length === 0) o.sidecars.push({ name: 'sidecar', dir: REPO, node: undefined })
   // Without @NODE, a sidecar runs as shipped: with the node flags of its `npm start`.
   for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir.endsWith('.js') ? REPO : s.dir)].join(' ')
+  // The floors run on the same node, with the same flags, as this repository's sidecar.
+  if (o.withFloors) {
+    const node = [o.node, ...shippedNodeFlags(REPO)].join(' ')
+    for (const name of ['node-floor', 'fastify-floor']) o.floors.push({ name, dir: join(BENCH_DIR, 'floors', `${name}.js`), node })
+  }
   if (o.smoke) {
     if (!given.has('--rounds')) o.rounds = 1
     if (!given.has('--saturation-s')) o.saturationS = 1

@@ -14,12 +14,13 @@ const DEMO_CLIENT_SECRET = 'Zm9v+YmFy/c2VjcmV0='
 
 export interface Target {
   name: string
-  kind: 'direct' | 'sidecar' | 'nginx'
+  kind: 'direct' | 'sidecar' | 'floor' | 'nginx'
   port: number
   /** Headers the load generator sets: only direct sets the Bearer header itself. */
   headers: Record<string, string>
   proc: Watched | undefined
   idleRssMiB?: number
+  idleRssAnonMiB?: number
 }
 
 export interface Env {
@@ -63,7 +64,8 @@ export function sidecarArgs (env: Env, dir: string, name: string, flags: string[
   return [...flags, ...prof, entryPoint(dir)]
 }
 
-export async function startSidecar (env: Env, name: string, dir: string, node: string): Promise<{ target: Target, process: Spawned }> {
+/** A sidecar build, or a floor (bench/floors/*.js, started the same way, with the same variables). */
+export async function startSidecar (env: Env, name: string, dir: string, node: string, kind: 'sidecar' | 'floor' = 'sidecar'): Promise<{ target: Target, process: Spawned }> {
   const port = await freePort()
   const adminPort = await freePort()
   const [bin, flags] = nodeCommand(node)
@@ -71,7 +73,7 @@ export async function startSidecar (env: Env, name: string, dir: string, node: s
     env: sidecarEnv(env, port, adminPort), logDir: env.logDir, ...(env.proxyCore === undefined ? {} : { core: env.proxyCore })
   })
   await waitFor(`${name} readiness`, () => httpOk(`http://127.0.0.1:${adminPort}/readyz`), 20_000, 20)
-  return { target: { name, kind: 'sidecar', port, headers: {}, proc: { pids: () => [p.pid] } }, process: p }
+  return { target: { name, kind, port, headers: {}, proc: { pids: () => [p.pid] } }, process: p }
 }
 
 export async function startNginx (env: Env): Promise<{ target: Target, process: Spawned }> {

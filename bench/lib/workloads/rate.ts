@@ -28,6 +28,8 @@ export interface RateRun extends CpuResult {
   intendedMs: Record<string, number>
   sendLagMs: Record<string, number>
   peakRssMiB: number
+  /** Highest RssAnon sampled (every 100 ms): private memory. */
+  peakRssAnonMiB: number
 }
 
 export async function paced (env: Env, target: Target, round: number): Promise<RateRun> {
@@ -49,7 +51,7 @@ export async function paced (env: Env, target: Target, round: number): Promise<R
   clearTimeout(warmupTimer)
   if (env.o.rateNice !== 0) for (const p of boosted) setPriorityAll(p, 0)
   const after = snapshot(env, target)
-  const { peakRssMiB, loadCpuS } = sampler.stop()
+  const { peakRssMiB, peakRssAnonMiB, loadCpuS } = sampler.stop()
   const line = out.split('\n').find((l) => l.startsWith('{'))
   if (line === undefined) throw new Error(`the paced generator printed no result against ${target.name}`)
   const r = JSON.parse(line) as PacedResult
@@ -63,6 +65,7 @@ export async function paced (env: Env, target: Target, round: number): Promise<R
     intendedMs: r.intendedMs,
     sendLagMs: r.sendLagMs,
     peakRssMiB,
+    peakRssAnonMiB,
     // The generator's CPU includes its warm-up: scaled to the measured share.
     ...cpuResult(before ?? after, after, r.requests, loadCpuS * rateS / (rateS + rateWarmupS))
   }

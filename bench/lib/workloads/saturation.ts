@@ -31,6 +31,8 @@ export interface SaturationRun extends CpuResult {
   errors: number
   latencyMs: Record<string, number>
   peakRssMiB: number
+  /** Highest RssAnon sampled (every 100 ms): private memory. */
+  peakRssAnonMiB: number
 }
 
 export async function wrk (env: Env, target: Target, seconds: number, round: number): Promise<SaturationRun> {
@@ -44,7 +46,7 @@ export async function wrk (env: Env, target: Target, seconds: number, round: num
   const sampler = sample(target, () => pid, 100)
   const out = await runToEnd('wrk', 'wrk', args, env.logDir, (seconds + 30) * 1000, env.loadCore, (p) => { pid = p })
   const after = snapshot(env, target)
-  const { peakRssMiB, loadCpuS } = sampler.stop()
+  const { peakRssMiB, peakRssAnonMiB, loadCpuS } = sampler.stop()
   const line = out.split('\n').find((l) => l.startsWith('{"requests"'))
   if (line === undefined) throw new Error(`wrk printed no result against ${target.name}: ${out.slice(0, 500)}`)
   const r = JSON.parse(line) as WrkResult
@@ -60,6 +62,7 @@ export async function wrk (env: Env, target: Target, seconds: number, round: num
       p50: toMs(r.latencyUs.p50), p90: toMs(r.latencyUs.p90), p99: toMs(r.latencyUs.p99), p999: toMs(r.latencyUs.p999), max: toMs(r.latencyUs.max)
     },
     peakRssMiB,
+    peakRssAnonMiB,
     ...cpuResult(before, after, r.requests, loadCpuS)
   }
 }

@@ -1,6 +1,6 @@
 // Start-up: spawn → TCP connect accepted on PORT, spawn → /readyz 200 (first token),
 // and the idle memory 1 s after ready.
-import { rssOf } from '../proc.js'
+import { rssAnonOf, rssOf } from '../proc.js'
 import { freePort, httpOk, launch, sleep, stop, tcpAccepts, waitFor } from '../processes.js'
 import { entryPoint, nodeCommand, sidecarEnv, type Env } from '../targets.js'
 
@@ -9,6 +9,8 @@ export interface StartupRun {
   listeningMs: number
   readyMs: number
   idleRssMiB: number
+  /** RssAnon at the same moment: private memory. */
+  idleRssAnonMiB: number
 }
 
 export async function startup (env: Env, name: string, dir: string, node: string, i: number): Promise<StartupRun> {
@@ -25,6 +27,7 @@ export async function startup (env: Env, name: string, dir: string, node: string
   const readyMs = performance.now() - started
   await sleep(1000)
   const idleRssMiB = rssOf({ pids: () => [p.pid] })
+  const idleRssAnonMiB = rssAnonOf({ pids: () => [p.pid] })
   await stop(p)
-  return { name, listeningMs, readyMs, idleRssMiB }
+  return { name, listeningMs, readyMs, idleRssMiB, idleRssAnonMiB }
 }

@@ -3,7 +3,7 @@
 import { join } from 'node:path'
 import { sample } from '../accounting.js'
 import { BENCH_DIR, log, MIB } from '../options.js'
-import { cpuOf, resetPeakRssOf, rssOf } from '../proc.js'
+import { cpuOf, resetPeakRssOf, rssAnonOf, rssOf } from '../proc.js'
 import { runToEnd } from '../processes.js'
 import type { Env, Target } from '../targets.js'
 
@@ -16,6 +16,9 @@ export interface StreamRun {
   rssBeforeMiB: number
   peakRssMiB: number
   rssRiseMiB: number
+  rssAnonBeforeMiB: number
+  peakRssAnonMiB: number
+  rssAnonRiseMiB: number
   proxyCpuS: number
   busyBeforePct?: number
 }
@@ -23,13 +26,14 @@ export interface StreamRun {
 export async function stream (env: Env, target: Target, direction: 'upload' | 'download', round: number): Promise<StreamRun> {
   const bytes = env.o.streamBytes
   const rssBefore = target.proc === undefined ? NaN : rssOf(target.proc)
+  const rssAnonBefore = target.proc === undefined ? NaN : rssAnonOf(target.proc)
   if (target.proc !== undefined) resetPeakRssOf(target.proc)
   const cpuBefore = target.proc === undefined ? NaN : cpuOf(target.proc)
   const sampler = sample(target, () => undefined, 20)
   const options = { base: `http://127.0.0.1:${target.port}`, direction, bytes, headers: target.headers }
   const out = await runToEnd('stream', process.execPath, [join(BENCH_DIR, 'stream.js'), JSON.stringify(options)], env.logDir,
     150_000, env.loadCore)
-  const { peakRssMiB } = sampler.stop()
+  const { peakRssMiB, peakRssAnonMiB } = sampler.stop()
   const cpuAfter = target.proc === undefined ? NaN : cpuOf(target.proc)
   const r = JSON.parse(out.split('\n').find((l) => l.startsWith('{')) ?? '{"ok":false}') as { ok: boolean, seconds?: number, error?: string }
   if (!r.ok) log(`  ${direction} through ${target.name} failed: ${r.error ?? 'no result'}`)
@@ -42,6 +46,9 @@ export async function stream (env: Env, target: Target, direction: 'upload' | 'd
     rssBeforeMiB: rssBefore,
     peakRssMiB,
     rssRiseMiB: peakRssMiB - rssBefore,
+    rssAnonBeforeMiB: rssAnonBefore,
+    peakRssAnonMiB,
+    rssAnonRiseMiB: peakRssAnonMiB - rssAnonBefore,
     proxyCpuS: cpuAfter - cpuBefore
   }
 }
