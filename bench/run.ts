@@ -133,6 +133,7 @@ async function main (): Promise<void> {
   if (o.workloads.has('startup')) {
     for (let i = 1; i <= o.startups; i++) {
       for (const s of [...o.sidecars, ...o.floors]) {
+        await waitQuiet(env)
         const r = await startup(env, s.name, s.dir, s.node ?? o.node, i)
         results.startup.push(r)
         log(`startup ${s.name} #${i}: listening ${f(r.listeningMs, 0)} ms, ready ${f(r.readyMs, 0)} ms, idle RSS ${f(r.idleRssMiB)} MiB (private ${f(r.idleRssAnonMiB)})`)
