@@ -126,6 +126,7 @@ async function main (): Promise<void> {
     rate: [],
     stream: [],
     afterLoadRssMiB: {},
+    afterLoadRssAnonMiB: {},
     discarded: []
   }
 
@@ -209,7 +210,11 @@ async function main (): Promise<void> {
     }
   }
 
-  for (const t of targets) if (t.proc !== undefined) results.afterLoadRssMiB[t.name] = rssOf(t.proc)
+  for (const t of targets) {
+    if (t.proc === undefined) continue
+    results.afterLoadRssMiB[t.name] = rssOf(t.proc)
+    results.afterLoadRssAnonMiB[t.name] = rssAnonOf(t.proc)
+  }
 
   // Stop the targets; the sidecars exit through their SIGTERM path, which writes CPU profiles.
   for (const p of running) await stop(p)

@@ -17,6 +17,8 @@ export interface Results {
   rate: RateRun[]
   stream: StreamRun[]
   afterLoadRssMiB: Record<string, number>
+  /** Private memory once every workload is over: the young generation has grown to its cap by then. */
+  afterLoadRssAnonMiB: Record<string, number>
   /** Runs repeated because other work used the machine meanwhile. */
   discarded: Array<SaturationRun | RateRun>
   profiles?: string
@@ -137,6 +139,10 @@ export function report (res: Results, targets: Target[]): string {
     const idleAnon = median(res.startup.filter((r) => r.name === s).map((r) => r.idleRssAnonMiB))
     const idle = median(res.startup.filter((r) => r.name === s).map((r) => r.idleRssMiB))
     if (Number.isFinite(idleAnon)) row('private memory (RssAnon), idle after the first token', `${f(idleAnon)} MiB (RSS ${f(idle)} MiB)`, '≤ 25 MiB', idleAnon <= 25)
+    const afterAnon = res.afterLoadRssAnonMiB[s]
+    if (afterAnon !== undefined && (sat.length > 0 || rate.length > 0)) {
+      row('private memory (RssAnon), idle after the workloads', `${f(afterAnon)} MiB (RSS ${f(res.afterLoadRssMiB[s] ?? NaN)} MiB)`, '(context)', undefined)
+    }
     const satRuns = sat.filter((r) => r.target === s)
     const peak = Math.max(...satRuns.map((r) => r.peakRssMiB))
     if (satRuns.length > 0) row('RSS, peak under saturation', `${f(peak)} MiB (private ${f(Math.max(...satRuns.map((r) => r.peakRssAnonMiB)))} MiB)`, '≤ 100 MiB', peak <= 100)
