@@ -3,9 +3,7 @@
 // a static Bearer header, hop-by-hop `connection` dropped, the answer written straight
 // to the response. No routing, no hooks, no logging, no metrics, no checks of any kind.
 //
-//   node dist/bench/run.js --workloads saturation \
-//     --sidecar sidecar=. --sidecar "node-floor=dist/bench/floors/node-floor.js@node --max-semi-space-size=4"
-//
+// run.ts starts it as a target of every run (--no-floors leaves it out).
 // It takes the sidecar's variables (UPSTREAM_URL, PORT, ADMIN_PORT) so the harness can
 // start it the same way; its admin port answers 200 to anything.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
@@ -14,7 +12,7 @@ import { Pool } from 'undici'
 const upstreamUrl = process.env.UPSTREAM_URL ?? 'http://127.0.0.1:8081'
 const host = new URL(upstreamUrl).host
 
-export function forwardTo (dispatcher: Pool, req: IncomingMessage, res: ServerResponse, body: IncomingMessage | null): void {
+function forwardTo (dispatcher: Pool, req: IncomingMessage, res: ServerResponse, body: IncomingMessage | null): void {
   const headers: Record<string, string | string[] | undefined> = { ...req.headers, host, authorization: 'Bearer floor-token' }
   delete headers.connection
   dispatcher.dispatch({ method: req.method ?? 'GET', path: req.url ?? '/', headers, body }, {

@@ -59,6 +59,16 @@ export function rssMiB (pid: number): number | undefined {
   return kib === undefined ? undefined : kib / 1024
 }
 
+/**
+ * Private (anonymous) resident memory in MiB: RssAnon, the heap, stacks and malloc arenas,
+ * which no other process shares. The rest of RSS (RssFile, RssShmem) is mostly the node
+ * binary's pages, shared by every process that maps the same file.
+ */
+export function rssAnonMiB (pid: number): number | undefined {
+  const kib = statusKiB(pid, 'RssAnon')
+  return kib === undefined ? undefined : kib / 1024
+}
+
 /** Peak resident set size (VmHWM) in MiB since start or the last resetPeakRss. */
 export function peakRssMiB (pid: number): number | undefined {
   const kib = statusKiB(pid, 'VmHWM')
@@ -95,6 +105,10 @@ export function cpuOf (w: Watched): number {
 
 export function rssOf (w: Watched): number {
   return w.pids().reduce((sum, pid) => sum + (rssMiB(pid) ?? 0), 0)
+}
+
+export function rssAnonOf (w: Watched): number {
+  return w.pids().reduce((sum, pid) => sum + (rssAnonMiB(pid) ?? 0), 0)
 }
 
 export function peakRssOf (w: Watched): number {

@@ -15,3 +15,8 @@ export function median (values: readonly number[]): number {
 export function ratio (a: number, b: number): number {
   return Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? a / b : NaN
 }
+
+/** A figure for a table: fixed digits, or '–' when there is none. */
+export const f = (v: number, digits = 1): string => Number.isFinite(v) ? v.toFixed(digits) : '–'
+/** A ratio for a table: "1.23 ×", or '–'. */
+export const fx = (v: number): string => Number.isFinite(v) ? `${v.toFixed(2)} ×` : '–'
