@@ -1,5 +1,13 @@
-import { get as httpGet } from 'node:http'
-import { get as httpsGet } from 'node:https'
+import type * as Http from 'node:http'
+import type * as Https from 'node:https'
+import { createRequire } from 'node:module'
+
+// node:http and node:https through require(), not ESM imports: the ESM facade of a builtin
+// reads every export, and node:http's lazy WebSocket getters then load Node's bundled undici
+// (nodejs/node#59686): about 4 MiB and 50 ms of CPU more per check (bench/README.md, issue 13).
+const require = createRequire(import.meta.url)
+const { get: httpGet } = require('node:http') as typeof Http
+const { get: httpsGet } = require('node:https') as typeof Https
 
 export interface ProbeResult {
   readonly ok: boolean
