@@ -1,12 +1,15 @@
 import type { FastifyInstance } from 'fastify'
 import { systemClock, type Clock } from './clock.js'
 import type { Metrics } from './metrics.js'
+import type { QuotaGuard } from './quota/guard.js'
 import { statusDocument, type ConfigSummary } from './status.js'
 import type { TokenManager, TokenState } from './token/token-manager.js'
 
 export interface AdminOptions {
   tokens: Pick<TokenManager, 'state'>
   metrics: Metrics
+  /** Where budgets and cool-downs live, for /readyz's reason and /status. */
+  quota?: Pick<QuotaGuard, 'status' | 'readinessNote'>
   isDraining: () => boolean
   /** Shown on /status. */
   version: string
@@ -34,7 +37,7 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, isDraining, version, config, clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, isDraining, version, config, clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -43,10 +46,13 @@ export async function adminRoutes (
   app.get('/readyz', async (_request, reply) => {
     const state = tokens.state()
     const { ready, reason } = readiness(state, isDraining())
+    // Redis unreachable leaves the sidecar ready (limits go on in memory): said, not failed.
+    const note = quota?.readinessNote()
     reply.code(ready ? 200 : 503)
     return {
       status: ready ? 'ready' : 'not ready',
-      reason,
+      reason: note === undefined ? reason : `${reason}; ${note}`,
+      ...(quota === undefined ? {} : { rateLimits: { backend: quota.status().backend, note: note ?? null } }),
       token: {
         valid: state.hasValidToken,
         expiresAt: state.expiresAt === undefined ? null : new Date(state.expiresAt).toISOString(),
@@ -66,7 +72,8 @@ export async function adminRoutes (
       wallNow: clock.wallNow(),
       token,
       readiness: readiness(token, isDraining()),
-      config
+      config,
+      ...(quota === undefined ? {} : { rateLimits: quota.status() })
     })
   })
 

@@ -4,12 +4,15 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin.js'
-import type { Clock } from './clock.js'
-import type { Config } from './config.js'
+import { systemClock, type Clock } from './clock.js'
+import { trimCredential, type Config } from './config.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, type ErrorBody } from './errors.js'
 import { createUpstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import proxy, { observeExchange, sendError } from './proxy.js'
+import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
+import type { RedisStore } from './quota/redis-backend.js'
+import { readSecretFile } from './secret-file.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
@@ -41,6 +44,7 @@ export interface App {
   admin: FastifyInstance
   tokens: TokenManager
   metrics: Metrics
+  quota: QuotaGuard
   /** Fetches the first token; requests arriving before it wait for it (bounded by TOKEN_WAIT_MS). */
   start: () => Promise<void>
   /** Readiness turns 503 from here on; nothing else changes. */
@@ -52,7 +56,8 @@ export interface App {
 /** Builds the sidecar from a config object. Never listens: main.ts and the tests do. */
 export async function buildApp (config: Config, deps: AppDependencies): Promise<App> {
   const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true, version = 'unknown' } = deps
-  const metrics = createMetrics({ defaultMetrics })
+  const rateLimits = config.rateLimits
+  const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
 
   const fetchToken = createTokenClient({
     authUrl: config.authUrl,
@@ -81,6 +86,25 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     queueLimit: config.upstreamQueueLimit,
     queueTimeoutMs: config.upstreamQueueTimeoutMs,
     queueGauge: metrics.upstreamQueued
+  })
+
+  // ioredis is loaded only when a Redis URL is set (issue 13: start-up time and memory per pod).
+  let redis: RedisStore | undefined
+  if (rateLimits.redisUrl !== undefined) {
+    const { createRedisStore, redisKeyPrefix } = await import('./quota/redis-backend.js')
+    const clientId = 'value' in config.clientId
+      ? config.clientId.value
+      : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
+    redis = createRedisStore({
+      url: rateLimits.redisUrl, timeoutMs: rateLimits.redisTimeoutMs, prefix: redisKeyPrefix(config.authUrl, clientId)
+    })
+  }
+  const quota = createQuotaGuard({
+    config: rateLimits,
+    clock: clock ?? systemClock,
+    log: log.child({ component: 'quota' }),
+    metrics,
+    ...(redis === undefined ? {} : { redis })
   })
 
   let draining = false
@@ -170,7 +194,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     metrics,
     upstream,
     accessLog: config.accessLog,
-    maxBodyBytes: config.maxBodyBytes
+    maxBodyBytes: config.maxBodyBytes,
+    quota
   })
 
   const admin = Fastify({
@@ -178,7 +203,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     logController: new LogController({ disableRequestLogging: true })
   })
   await admin.register(adminRoutes, {
-    tokens, metrics, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
+    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
   })
 
   return {
@@ -186,7 +211,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     admin,
     tokens,
     metrics,
-    start: () => tokens.start(),
+    quota,
+    start: async () => { await Promise.all([tokens.start(), quota.start()]) },
     drain: () => { draining = true },
     close () {
       closing ??= closeAll()
@@ -207,6 +233,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     closeIdle()
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
+    await quota.close()
     await upstream.close()
     await admin.close()
   }

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module'
 import type EnvSchema from 'env-schema'
+import { parseRules, type Rule } from './quota/rules.js'
 import { readSecretFileSync, SecretFileError } from './secret-file.js'
 
 // env-schema compiles Ajv's meta-schema as it loads (some 50 ms): it is loaded on first
@@ -28,6 +29,10 @@ export const DEFAULT_KEEP_ALIVE_TIMEOUT_MS = 72_000
 export const DEFAULT_IDLE_TIMEOUT_MS = 120_000
 export const DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS = 5_000
 export const DEFAULT_UPSTREAM_QUEUE_LIMIT = 1_000
+export const DEFAULT_RATE_LIMIT_MAX_WAIT_MS = 1_000
+export const DEFAULT_RATE_LIMIT_COOLDOWN_MS = 1_000
+export const DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS = 60 * 60_000
+export const DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS = 200
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
@@ -73,6 +78,14 @@ const schema = {
     IDLE_TIMEOUT_MS: durationMs(DEFAULT_IDLE_TIMEOUT_MS),
     UPSTREAM_QUEUE_TIMEOUT_MS: durationMs(DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS),
     UPSTREAM_QUEUE_LIMIT: { type: 'integer', minimum: 0, maximum: 100_000, default: DEFAULT_UPSTREAM_QUEUE_LIMIT },
+    RATE_LIMITS: { type: 'string' },
+    RATE_LIMITS_FILE: { type: 'string' },
+    RATE_LIMIT_MAX_WAIT_MS: durationMs(DEFAULT_RATE_LIMIT_MAX_WAIT_MS, 0),
+    RATE_LIMIT_COOLDOWN_MS: durationMs(DEFAULT_RATE_LIMIT_COOLDOWN_MS, 0),
+    RATE_LIMIT_COOLDOWN_MAX_MS: durationMs(DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS),
+    RATE_LIMIT_REDIS_URL: { type: 'string' },
+    RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
+    RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     ACCESS_LOG: { type: 'boolean', default: false },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
   }
@@ -103,8 +116,36 @@ interface RawEnv {
   IDLE_TIMEOUT_MS: number
   UPSTREAM_QUEUE_TIMEOUT_MS: number
   UPSTREAM_QUEUE_LIMIT: number
+  RATE_LIMITS?: string
+  RATE_LIMITS_FILE?: string
+  RATE_LIMIT_MAX_WAIT_MS: number
+  RATE_LIMIT_COOLDOWN_MS: number
+  RATE_LIMIT_COOLDOWN_MAX_MS: number
+  RATE_LIMIT_REDIS_URL?: string
+  RATE_LIMIT_REDIS_URL_FILE?: string
+  RATE_LIMIT_REDIS_TIMEOUT_MS: number
   ACCESS_LOG: boolean
   LOG_LEVEL: LogLevel
+}
+
+/** The quota guard's settings (src/quota/). */
+export interface RateLimitConfig {
+  /** Budget rules in the order given; the first matching one wins. */
+  readonly rules: readonly Rule[]
+  /** Where the rules came from: `RATE_LIMITS`, `RATE_LIMITS_FILE (path)`, or undefined for none. */
+  readonly rulesSource: string | undefined
+  /** A request over budget waits at most this long for it to free; 0 = never waits. */
+  readonly maxWaitMs: number
+  /** The first cool-down after a rate-limit answer without a usable Retry-After; 0 disables cool-downs. */
+  readonly cooldownMs: number
+  /** Cap on Retry-After and on the backoff. */
+  readonly cooldownMaxMs: number
+  /** The Redis URL, credentials included: never log or show it (see redisDisplayUrl). */
+  readonly redisUrl: string | undefined
+  /** Where the URL came from (RATE_LIMIT_REDIS_URL, or the file's path). */
+  readonly redisUrlSource: string | undefined
+  /** A Redis command slower than this counts as a failure (fallback to memory). */
+  readonly redisTimeoutMs: number
 }
 
 /** Where a credential comes from: the environment, or a file re-read before each token request. */
@@ -143,6 +184,7 @@ export interface Config {
   readonly upstreamQueueLimit: number
   readonly accessLog: boolean
   readonly logLevel: LogLevel
+  readonly rateLimits: RateLimitConfig
 }
 
 export class ConfigError extends Error {
@@ -187,14 +229,15 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
   }
   if (typed) problems.push(...listenerProblems(raw))
-  if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS) {
-    // A caller's connection is silent while its request waits for a token, for an upstream
-    // connection and for the answer: closing it sooner would leave the caller without a status line.
-    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS')
+  if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS + raw.RATE_LIMIT_MAX_WAIT_MS) {
+    // A caller's connection is silent while its request waits for a token, for its budget, for
+    // an upstream connection and for the answer: closing it sooner would leave the caller without a status line.
+    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS + RATE_LIMIT_MAX_WAIT_MS')
   }
+  const rateLimits = checkRateLimits(raw, typed, readFile, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
-      clientId === undefined || clientSecret === undefined) {
+      clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
     throw new ConfigError(problems)
   }
 
@@ -222,8 +265,113 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
     upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
     accessLog: raw.ACCESS_LOG,
-    logLevel: raw.LOG_LEVEL
+    logLevel: raw.LOG_LEVEL,
+    rateLimits
   })
+}
+
+/** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
+function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile, problems: string[]): RateLimitConfig | undefined {
+  const before = problems.length
+  const inline = raw.RATE_LIMITS
+  const file = raw.RATE_LIMITS_FILE
+  let rules: Rule[] = []
+  let rulesSource: string | undefined
+  if (inline !== undefined && inline.trim() !== '' && file !== undefined && file !== '') {
+    problems.push('RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both')
+  } else if (file !== undefined && file !== '') {
+    let text: string | undefined
+    try {
+      text = readFile(file)
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMITS_FILE: ${err.message}`
+        : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+    if (text !== undefined) {
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`)
+      rules = parsed.rules
+      problems.push(...parsed.problems)
+      rulesSource = `RATE_LIMITS_FILE (${file})`
+    }
+  } else if (inline !== undefined && inline.trim() !== '') {
+    const parsed = parseRules(inline, 'RATE_LIMITS')
+    rules = parsed.rules
+    problems.push(...parsed.problems)
+    rulesSource = 'RATE_LIMITS'
+  }
+
+  let redisUrl: string | undefined
+  let redisUrlSource: string | undefined
+  const urlValue = raw.RATE_LIMIT_REDIS_URL
+  const urlFile = raw.RATE_LIMIT_REDIS_URL_FILE
+  if (urlValue !== undefined && urlValue !== '' && urlFile !== undefined && urlFile !== '') {
+    problems.push('RATE_LIMIT_REDIS_URL: set either RATE_LIMIT_REDIS_URL or RATE_LIMIT_REDIS_URL_FILE, not both')
+  } else if (urlFile !== undefined && urlFile !== '') {
+    try {
+      const url = trimCredential(readFile(urlFile)).trim()
+      const problem = redisUrlProblem(url)
+      if (problem === undefined) {
+        redisUrl = url
+        redisUrlSource = `RATE_LIMIT_REDIS_URL_FILE (${urlFile})`
+      } else {
+        problems.push(`RATE_LIMIT_REDIS_URL_FILE: in ${urlFile}, the URL ${problem}`)
+      }
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMIT_REDIS_URL_FILE: ${err.message}`
+        : `RATE_LIMIT_REDIS_URL_FILE: cannot read ${urlFile} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+  } else if (urlValue !== undefined && urlValue !== '') {
+    const problem = redisUrlProblem(urlValue)
+    if (problem === undefined) {
+      redisUrl = urlValue
+      redisUrlSource = 'RATE_LIMIT_REDIS_URL'
+    } else {
+      problems.push(`RATE_LIMIT_REDIS_URL: ${problem}`)
+    }
+  }
+
+  if (typed && raw.RATE_LIMIT_COOLDOWN_MS > raw.RATE_LIMIT_COOLDOWN_MAX_MS) {
+    problems.push('RATE_LIMIT_COOLDOWN_MS: must not exceed RATE_LIMIT_COOLDOWN_MAX_MS')
+  }
+  if (!typed || problems.length > before) return undefined
+  return Object.freeze({
+    rules: Object.freeze(rules),
+    rulesSource,
+    maxWaitMs: raw.RATE_LIMIT_MAX_WAIT_MS,
+    cooldownMs: raw.RATE_LIMIT_COOLDOWN_MS,
+    cooldownMaxMs: raw.RATE_LIMIT_COOLDOWN_MAX_MS,
+    redisUrl,
+    redisUrlSource,
+    redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS
+  })
+}
+
+/** What is wrong with a Redis URL, never repeating it (it may hold a password). */
+function redisUrlProblem (value: string): string | undefined {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return 'is not a valid URL'
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') return 'must be a redis:// or rediss:// URL'
+  if (url.hostname === '') return 'must name a host'
+  if (url.search !== '' || url.hash !== '') return 'must not contain a query string or fragment'
+  if (url.pathname !== '' && url.pathname !== '/' && !/^\/\d+$/.test(url.pathname)) return 'may only have a database number as its path (/0)'
+  return undefined
+}
+
+/** A Redis URL as it may be shown: `scheme://host:port`, never the user, password or path. */
+export function redisDisplayUrl (value: string): string {
+  try {
+    const url = new URL(value)
+    const port = url.port === '' ? '6379' : url.port
+    return `${url.protocol}//${url.hostname}:${port}`
+  } catch {
+    return 'redis://(invalid)'
+  }
 }
 
 // The paths the sidecar adds itself (contract §4.1) and the one callers use (README).

@@ -36,12 +36,21 @@ export const BodyTooLargeError = createError(
 export const ShuttingDownError = createError(
   'SHUTTING_DOWN', 'the sidecar is shutting down', 503)
 
+/**
+ * A local 429: the request's rule is cooling down after the gateway's rate-limit answer,
+ * or its budget is spent. The message names the rule and the reason; the answer carries
+ * `Retry-After` (retryAfterSeconds, see proxy.ts sendError).
+ */
+export const UpstreamRateLimitedError = createError(
+  'UPSTREAM_RATE_LIMITED', '%s', 429)
+
 export const InternalError = createError(
   'INTERNAL_ERROR', 'the sidecar failed to handle the request', 500)
 
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
-  BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, InternalError
+  BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError,
+  UpstreamRateLimitedError, InternalError
 ]
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */

@@ -22,6 +22,8 @@ export interface HeldAnswer {
 }
 
 export interface ForwardHooks {
+  /** The upstream's final answer began (status and headers), before holdBack is asked. */
+  answer?: (statusCode: number, headers: HeldAnswer['headers']) => void
   /**
    * The upstream answered `statusCode`: return true to hold the answer back. It is then
    * read whole (up to HOLD_BACK_MAX_BYTES; past that it is sent after all) and handed
@@ -203,6 +205,7 @@ export function createUpstream (options: UpstreamOptions) {
           return
         }
         clearTimeout(finalTimer)
+        hooks.answer?.(statusCode, headers)
         closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
           request.method !== 'HEAD' && !statusOnly(statusCode)
         if (hooks.holdBack(statusCode)) {

@@ -26,7 +26,14 @@ export function statusClass (statusCode: number | undefined): string {
  */
 export type Outcome = 'completed' | 'aborted' | 'truncated'
 
-export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuildInfo() }: { defaultMetrics?: boolean, buildInfo?: BuildInfo } = {}) {
+export interface MetricsOptions {
+  defaultMetrics?: boolean
+  buildInfo?: BuildInfo
+  /** RATE_LIMIT_REDIS_URL is set: store_auth_proxy_rate_limit_redis_up is exported. */
+  rateLimitRedis?: boolean
+}
+
+export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuildInfo(), rateLimitRedis = false }: MetricsOptions = {}) {
   const registry = new Registry()
   // The process and runtime metrics keep prom-client's standard names (`process_*`,
   // `nodejs_*`), unprefixed, so the usual Node.js dashboards and alerts work as they are.
@@ -80,6 +87,48 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     registers: [registry]
   })
 
+  // The quota guard (src/quota/): local refusals and delays, the gateway's own rate-limit
+  // answers, cool-downs, and where budgets live.
+  const rateLimited = new Counter({
+    name: `${METRIC_PREFIX}rate_limited_total`,
+    help: 'Requests the quota guard refused (local 429) or delayed, by rule (upstream for none), reason (budget, cooldown) and action (refused, delayed).',
+    labelNames: ['rule', 'reason', 'action'] as const,
+    registers: [registry]
+  })
+  const rateLimitUpstreamAnswers = new Counter({
+    name: `${METRIC_PREFIX}rate_limit_upstream_answers_total`,
+    help: 'Rate-limit answers from the gateway (429, or 500 with a policies.ratelimit.* error code), by rule (upstream for none).',
+    labelNames: ['rule'] as const,
+    registers: [registry]
+  })
+  const rateLimitCooldownUntil = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_cooldown_until_seconds`,
+    help: 'Unix time at which the cool-down of a rule (upstream for none) ends; 0 when none.',
+    labelNames: ['rule'] as const,
+    registers: [registry]
+  })
+  const rateLimitBackend = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_backend`,
+    help: 'Where budgets and cool-downs live: 1 for the backend in use (memory, redis), 0 for the other.',
+    labelNames: ['backend'] as const,
+    registers: [registry]
+  })
+  rateLimitBackend.set({ backend: 'memory' }, 1)
+  rateLimitBackend.set({ backend: 'redis' }, 0)
+  const rateLimitRedisUp = rateLimitRedis
+    ? new Gauge({
+      name: `${METRIC_PREFIX}rate_limit_redis_up`,
+      help: '1 when the rate-limit Redis answers, 0 when it does not (then limits are in memory, per sidecar).',
+      registers: [registry]
+    })
+    : undefined
+  rateLimitRedisUp?.set(0)
+  const rateLimitRedisFallbacks = new Counter({
+    name: `${METRIC_PREFIX}rate_limit_redis_fallbacks_total`,
+    help: 'Switches of the quota guard from Redis to in-memory limits (Redis unreachable or too slow).',
+    registers: [registry]
+  })
+
   // The conventional info metric: always 1, the build in its labels (src/version.ts).
   const build = new Gauge({
     name: `${METRIC_PREFIX}build_info`,
@@ -110,7 +159,22 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   }
 
   return {
-    registry, tokenRequests, tokenRequestDuration, tokenExpiry, requests, requestDuration, requestsInFlight, errors, upstreamQueued, recordExchange
+    registry,
+    tokenRequests,
+    tokenRequestDuration,
+    tokenExpiry,
+    requests,
+    requestDuration,
+    requestsInFlight,
+    errors,
+    upstreamQueued,
+    rateLimited,
+    rateLimitUpstreamAnswers,
+    rateLimitCooldownUntil,
+    rateLimitBackend,
+    rateLimitRedisUp,
+    rateLimitRedisFallbacks,
+    recordExchange
   }
 }
 

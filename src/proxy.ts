@@ -6,11 +6,14 @@ import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
 import {
   BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamBusyError,
-  UpstreamTimeoutError, UpstreamUnreachableError, type ErrorBody
+  UpstreamRateLimitedError, UpstreamTimeoutError, UpstreamUnreachableError, type ErrorBody
 } from './errors.js'
 import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
 import { requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
+import { GO, UPSTREAM_SCOPE, type OnGone, type QuotaGuard, type Verdict } from './quota/guard.js'
+import { isRateLimitFault, retryAfterSeconds } from './quota/retry-after.js'
+import type { Rule } from './quota/rules.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
@@ -71,6 +74,8 @@ export interface ProxyOptions {
   accessLog: boolean
   /** 0 for no limit. */
   maxBodyBytes: number
+  /** Budgets and cool-downs (src/quota/guard.ts). */
+  quota: QuotaGuard
 }
 
 /**
@@ -107,7 +112,7 @@ export function observeExchange (
 }
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes } = options
+  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota } = options
   let replayBytes = 0
   const release = (exchange: Exchange): void => {
     replayBytes -= exchange.reservedBytes
@@ -191,10 +196,46 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   const upstreamHost = new URL(upstreamUrl).host
 
-  /** Sends the request upstream with its current token; the answer goes straight to the caller. */
+  /**
+   * Sends the request upstream once the quota guard lets it (one budget point per send: a
+   * replay after a 401 is a second call the gateway counts), or answers a local 429.
+   */
   function send (request: FastifyRequest, reply: FastifyReply): void {
     // The caller left while its body was read or a token awaited: nothing is sent for it.
     if (request.exchange.gone) return
+    if (!quota.active) {
+      forward(request, reply, undefined)
+      return
+    }
+    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+    const verdict = quota.admit(rule, onGoneOf(reply))
+    if (verdict === GO) forward(request, reply, rule)
+    else if (verdict instanceof Promise) {
+      verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
+        request.log.error({ err }, 'quota guard failed')
+        if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
+      })
+    } else admitted(request, reply, rule, verdict)
+  }
+
+  function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
+    if (verdict.ok) {
+      if (!callerGone(request)) forward(request, reply, rule)
+      return
+    }
+    // Left while waiting for its budget: never sent, nothing spent.
+    if (verdict.reason === 'gone' || callerGone(request)) return
+    const seconds = retryAfterSeconds(verdict.retryAfterMs)
+    const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
+    const message = verdict.reason === 'cooldown'
+      ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
+      : `the budget of ${name} is spent; retry after ${seconds} s`
+    request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: seconds }, 'refused by the quota guard')
+    sendError(reply, Object.assign(new UpstreamRateLimitedError(message), { retryAfterSeconds: seconds }), metrics)
+  }
+
+  /** Sends the request upstream with its current token; the answer goes straight to the caller. */
+  function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined): void {
     const url = request.raw.url ?? '/'
     const queryAt = url.indexOf('?')
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
@@ -207,8 +248,22 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       headers,
       body
     }, reply.raw, {
-      holdBack: (statusCode) => shouldReplay(request, statusCode),
-      heldBack: (answer) => { replay(request, reply, answer) },
+      answer: (statusCode, answerHeaders) => {
+        if (statusCode === 429) quota.rateLimitAnswer(rule, answerHeaders['retry-after'])
+      },
+      // A 500 is held back (up to HOLD_BACK_MAX_BYTES) to look for Apigee's rate-limit fault.
+      holdBack: (statusCode) => shouldReplay(request, statusCode) || (statusCode === 500 && quota.watchesFaults),
+      heldBack: (answer) => {
+        if (answer.statusCode !== 500) {
+          replay(request, reply, answer)
+          return
+        }
+        if (isRateLimitFault(answer.body)) quota.rateLimitAnswer(rule, answer.headers['retry-after'])
+        if (callerGone(request)) return
+        // Passed on as it came, byte for byte.
+        reply.hijack()
+        sendHeld(reply.raw, answer)
+      },
       failed: (err) => {
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
@@ -286,6 +341,19 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       send(request, reply)
     }
   })
+}
+
+/** For the quota guard's wait: the caller's answer closing means the caller left. */
+function onGoneOf (reply: FastifyReply): OnGone {
+  return (listener) => {
+    const res = reply.raw
+    if (res.destroyed) {
+      queueMicrotask(listener)
+      return () => {}
+    }
+    res.once('close', listener)
+    return () => { res.removeListener('close', listener) }
+  }
 }
 
 /** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */

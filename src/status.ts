@@ -1,7 +1,8 @@
 // The /status document: pure functions, no I/O. It tells an operator in one request
 // where the token stands. It never carries the token nor a secret, nor a prefix or
 // hash of either: credentials appear only as where they come from.
-import type { Config } from './config.js'
+import { redisDisplayUrl, type Config } from './config.js'
+import type { RateLimitStatus } from './quota/guard.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from './token/token-client.js'
 import type { TokenState } from './token/token-manager.js'
@@ -38,6 +39,13 @@ export function configSummary (config: Config): ConfigSummary {
     REQUEST_TIMEOUT_MS: config.requestTimeoutMs,
     KEEP_ALIVE_TIMEOUT_MS: config.keepAliveTimeoutMs,
     IDLE_TIMEOUT_MS: config.idleTimeoutMs,
+    RATE_LIMITS: config.rateLimits.rulesSource ?? '',
+    RATE_LIMIT_MAX_WAIT_MS: config.rateLimits.maxWaitMs,
+    RATE_LIMIT_COOLDOWN_MS: config.rateLimits.cooldownMs,
+    RATE_LIMIT_COOLDOWN_MAX_MS: config.rateLimits.cooldownMaxMs,
+    // scheme://host:port only: the URL may carry a password.
+    RATE_LIMIT_REDIS_URL: config.rateLimits.redisUrl === undefined ? '' : redisDisplayUrl(config.rateLimits.redisUrl),
+    RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
     ACCESS_LOG: config.accessLog,
     LOG_LEVEL: config.logLevel
   })
@@ -52,6 +60,7 @@ export interface StatusInput {
   token: TokenState
   readiness: { ready: boolean, reason: string }
   config: ConfigSummary
+  rateLimits?: RateLimitStatus
 }
 
 export interface StatusDocument {
@@ -75,6 +84,7 @@ export interface StatusDocument {
     nextAttemptAt: string | null
     credentialsRejected: boolean
   }
+  rateLimits?: RateLimitStatus
   config: ConfigSummary
 }
 
@@ -85,7 +95,7 @@ function tokenStateName (state: TokenState): StatusDocument['token']['state'] {
   return state.refreshing ? 'fetching' : 'none'
 }
 
-export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config }: StatusInput): StatusDocument {
+export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits }: StatusInput): StatusDocument {
   return {
     version,
     time: new Date(wallNow).toISOString(),
@@ -109,6 +119,7 @@ export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, 
       nextAttemptAt: iso(token.nextAttemptAt),
       credentialsRejected: token.credentialsRejected
     },
+    ...(rateLimits === undefined ? {} : { rateLimits }),
     config
   }
 }

@@ -100,10 +100,10 @@ const cases: Array<[string, Record<string, string | undefined>, RegExp[]]> = [
   ['a duration past Node\'s timer limit', { ...base, TOKEN_TIMEOUT_MS: String(2 ** 31) },
     [/^TOKEN_TIMEOUT_MS: must be <= 86400000 \(one day: Node's timers overflow above 2147483647 ms\)$/]],
   ['headers timeout over the request timeout', { ...base, HEADERS_TIMEOUT_MS: '20000', REQUEST_TIMEOUT_MS: '10000' }, [/^HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS/]],
-  ['idle timeout not over the upstream timeout', { ...base, IDLE_TIMEOUT_MS: '30000' }, [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS/]],
+  ['idle timeout not over the upstream timeout', { ...base, IDLE_TIMEOUT_MS: '30000' }, [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS \+ RATE_LIMIT_MAX_WAIT_MS/]],
   // The review's settings: a caller queued behind a stalled upstream was cut off with no status line.
   ['idle timeout shorter than the longest silent wait', { ...base, UPSTREAM_TIMEOUT_MS: '2000', IDLE_TIMEOUT_MS: '3000' },
-    [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS/]],
+    [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS \+ RATE_LIMIT_MAX_WAIT_MS/]],
   ['queue limit out of range', { ...base, UPSTREAM_QUEUE_LIMIT: '-1' }, [/^UPSTREAM_QUEUE_LIMIT: must be >= 0/]],
   ['header limit too small', { ...base, MAX_HEADER_BYTES: '100' }, [/^MAX_HEADER_BYTES: must be >= 1024/]],
   ['many at once', { AUTH_URL: 'nope', PORT: '-1', CLIENT_ID: 'x', CLIENT_SECRET: 'y' }, [/^PORT: must be >= 0/, /^AUTH_URL: is not a valid URL/, /^UPSTREAM_URL: is required/]]
@@ -155,7 +155,8 @@ t.test('a credential file with a bad character names the _FILE variable and the 
 
 // Issue 10 item 14: a duration above 2^31-1 ms fires after 1 ms in Node's timers.
 const DURATIONS = ['TOKEN_TIMEOUT_MS', 'UPSTREAM_TIMEOUT_MS', 'TOKEN_REFRESH_MARGIN_MS', 'TOKEN_WAIT_MS', 'SHUTDOWN_GRACE_MS',
-  'SHUTDOWN_DELAY_MS', 'HEADERS_TIMEOUT_MS', 'REQUEST_TIMEOUT_MS', 'KEEP_ALIVE_TIMEOUT_MS', 'IDLE_TIMEOUT_MS', 'UPSTREAM_QUEUE_TIMEOUT_MS']
+  'SHUTDOWN_DELAY_MS', 'HEADERS_TIMEOUT_MS', 'REQUEST_TIMEOUT_MS', 'KEEP_ALIVE_TIMEOUT_MS', 'IDLE_TIMEOUT_MS', 'UPSTREAM_QUEUE_TIMEOUT_MS',
+  'RATE_LIMIT_MAX_WAIT_MS', 'RATE_LIMIT_COOLDOWN_MS', 'RATE_LIMIT_COOLDOWN_MAX_MS', 'RATE_LIMIT_REDIS_TIMEOUT_MS']
 
 t.test('every duration is bounded by one day, well inside Node\'s timers, sums of two included', async (t) => {
   t.ok(2 * MAX_DURATION_MS <= NODE_TIMER_MAX_MS)
@@ -164,11 +165,13 @@ t.test('every duration is bounded by one day, well inside Node\'s timers, sums o
     t.ok(over.some((p) => p.startsWith(`${name}: must be <= ${MAX_DURATION_MS} (one day`)), `${name}: ${over.join('; ')}`)
     t.ok(problemsOf({ ...base, [name]: String(NODE_TIMER_MAX_MS + 1) }).some((p) => p.startsWith(`${name}: must be <=`)), `${name} past 2^31-1`)
   }
-  // At the bound itself every duration loads (the cross-checks need idle > token wait + queue + upstream, request >= headers).
+  // At the bound itself every duration loads (the cross-checks need idle > token wait + queue + upstream + rate-limit wait,
+  // request >= headers).
   const config = loadConfig({
     ...base,
     ...Object.fromEntries(DURATIONS.map((n) => [n, String(MAX_DURATION_MS)])),
-    UPSTREAM_TIMEOUT_MS: String(MAX_DURATION_MS - 3),
+    UPSTREAM_TIMEOUT_MS: String(MAX_DURATION_MS - 4),
+    RATE_LIMIT_MAX_WAIT_MS: '1',
     TOKEN_WAIT_MS: '1',
     UPSTREAM_QUEUE_TIMEOUT_MS: '1'
   }, noFiles)

@@ -1,0 +1,140 @@
+// The budget rules of RATE_LIMITS / RATE_LIMITS_FILE: parsing (every problem at once,
+// each naming its rule) and matching. Pure functions, no I/O.
+
+/** One limit of a rule: at most `count` upstream sends per fixed window of `windowMs`. */
+export interface Limit {
+  readonly count: number
+  readonly windowMs: number
+  /** As written, e.g. `1/4h` (shown in /status, part of the Redis key). */
+  readonly text: string
+}
+
+export interface Rule {
+  /** `METHOD PATH` as written: the metric label, the /status and log name. */
+  readonly id: string
+  /** An upper-case method token, or `*` for any. */
+  readonly method: string
+  /** The pattern's segments (the part after the leading `/`, split on `/`). */
+  readonly segments: readonly string[]
+  readonly limits: readonly Limit[]
+}
+
+export const MIN_WINDOW_MS = 1
+export const MAX_WINDOW_MS = 24 * 60 * 60_000
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+const METHOD = /^(?:\*|[A-Z][A-Z0-9_-]*)$/
+const LIMIT = /^(\d+)\/(\d*)(ms|s|m|h|d)$/
+
+/** Why a limit such as `1/4h` is not valid, or the limit. */
+export function parseLimit (text: string): Limit | string {
+  const match = LIMIT.exec(text)
+  if (match === null) return `limit "${text}" is not N/WINDOW (e.g. 5/1s, 1/4h, 5/s; units ms, s, m, h, d)`
+  const count = Number(match[1])
+  if (!Number.isSafeInteger(count) || count < 1) return `limit "${text}": N must be a positive integer`
+  const amount = match[2] === '' ? 1 : Number(match[2])
+  const windowMs = amount * (UNIT_MS[match[3] ?? ''] ?? 0)
+  if (windowMs < MIN_WINDOW_MS) return `limit "${text}": the window must be at least 1 ms`
+  if (windowMs > MAX_WINDOW_MS) return `limit "${text}": the window must be at most 1 day`
+  return { count, windowMs, text }
+}
+
+/** Why a PATH pattern is not valid, or its segments. */
+function parsePattern (path: string): readonly string[] | string {
+  if (!path.startsWith('/')) return `path "${path}" must start with /`
+  if (path.includes('?') || path.includes('#')) return `path "${path}" must not contain ? or #`
+  const segments = path.slice(1).split('/')
+  for (let i = 0; i < segments.length; i++) {
+    const segment = segments[i] ?? ''
+    if (segment === '**' && i !== segments.length - 1) return `path "${path}": ** may only be the last segment`
+    if (segment !== '*' && segment !== '**' && segment.includes('*')) {
+      return `path "${path}": * must be a whole segment (* or **)`
+    }
+  }
+  return segments
+}
+
+export interface ParsedRules {
+  rules: Rule[]
+  problems: string[]
+}
+
+/**
+ * Parses rules separated by `;` or newlines; `#` starts a comment (to the end of the
+ * line) and blank entries are ignored. `source` names the variable in each problem:
+ * `RATE_LIMITS: rule 2 "GET /x 5/q": limit "5/q" is not N/WINDOW ...`.
+ */
+export function parseRules (text: string, source: string): ParsedRules {
+  const rules: Rule[] = []
+  const problems: string[] = []
+  const seen = new Set<string>()
+  const entries = text.split('\n').flatMap((line) => line.replace(/#.*$/, '').split(';'))
+  let n = 0
+  for (const entry of entries) {
+    const words = entry.trim().split(/\s+/).filter((w) => w !== '')
+    if (words.length === 0) continue
+    n += 1
+    const where = `${source}: rule ${n} "${words.join(' ')}"`
+    const [method = '', path = '', ...limitTexts] = words
+    const own: string[] = []
+    if (!METHOD.test(method)) own.push(`method "${method}" must be an upper-case HTTP method or *`)
+    const segments = parsePattern(path)
+    if (typeof segments === 'string') own.push(segments)
+    if (limitTexts.length === 0) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...])')
+    const limits: Limit[] = []
+    for (const limitText of limitTexts) {
+      const limit = parseLimit(limitText)
+      if (typeof limit === 'string') own.push(limit)
+      else limits.push(limit)
+    }
+    const id = `${method} ${path}`
+    if (own.length === 0 && seen.has(id)) own.push(`repeats the rule ${id} (the first matching rule wins: this one would never apply)`)
+    if (own.length > 0 || typeof segments === 'string') {
+      problems.push(...own.map((p) => `${where}: ${p}`))
+      continue
+    }
+    seen.add(id)
+    rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits) }))
+  }
+  return { rules, problems }
+}
+
+// RFC 3986 §2.3 unreserved characters: ALPHA / DIGIT / "-" / "." / "_" / "~".
+const UNRESERVED = /^[A-Za-z0-9\-._~]$/
+
+/**
+ * The path of a request target (before `?`) with percent-encoded unreserved characters
+ * decoded (RFC 3986 §6.2.2.2), so that `/v2/store/products/%63atalog` matches the
+ * catalog rule. Only for matching: what is forwarded is never changed.
+ */
+export function matchPath (target: string): string {
+  const queryAt = target.indexOf('?')
+  const path = queryAt === -1 ? target : target.slice(0, queryAt)
+  if (!path.includes('%')) return path
+  return path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+    const c = String.fromCharCode(parseInt(hex, 16))
+    return UNRESERVED.test(c) ? c : escape
+  })
+}
+
+function segmentsMatch (pattern: readonly string[], segments: readonly string[]): boolean {
+  for (let i = 0; i < pattern.length; i++) {
+    const p = pattern[i]
+    // `**` (last only) matches zero or more segments.
+    if (p === '**') return true
+    const s = segments[i]
+    if (s === undefined) return false
+    if (p === '*' ? s === '' : p !== s) return false
+  }
+  return segments.length === pattern.length
+}
+
+/** The first rule (in the order given) that matches the request, or undefined. */
+export function matchRule (rules: readonly Rule[], method: string, target: string): Rule | undefined {
+  if (rules.length === 0) return undefined
+  const segments = matchPath(target).slice(1).split('/')
+  for (const rule of rules) {
+    if ((rule.method === '*' || rule.method === method) && segmentsMatch(rule.segments, segments)) return rule
+  }
+  return undefined
+}

@@ -1,0 +1,78 @@
+import type { Test } from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { request } from 'undici'
+import { build, startStandIn, type Built } from '../helpers/build.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+import { scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
+import { ID_HEADER, startRecordingUpstream, type Answer, type RecordingUpstream } from '../helpers/recording-upstream.js'
+
+export const HOUR = 3_600_000
+export const DAY = 24 * HOUR
+const STEP_MS = 4 * 60_000
+
+export interface Seen {
+  status: number
+  headers: Record<string, string | string[] | undefined>
+  body: string
+}
+
+export interface QuotaSidecar extends Built {
+  upstream: RecordingUpstream
+  clock: ReturnType<typeof fakeClock>
+  /**
+   * Moves the fake clock in steps shorter than the token's refresh margin, letting each
+   * token refresh (real I/O to the stand-in) finish: the token lives an hour at most.
+   */
+  advance: (ms: number) => Promise<void>
+  /** One request with this id (the recording upstream's plan key); the whole answer read. */
+  call: (path: string, id: string, method?: string) => Promise<Seen>
+  metrics: () => Promise<Samples>
+  status: () => Promise<Record<string, unknown>>
+}
+
+/**
+ * The sidecar on a fake clock (budgets and cool-downs are timed on it), in front of the
+ * recording upstream; the stand-in's tokens last days, so moving the clock needs no refresh.
+ */
+export async function quotaSidecar (t: Test, env: Record<string, string>, { redisUrl }: { redisUrl?: string } = {}): Promise<QuotaSidecar> {
+  const standIn = await startStandIn(t, { tokenLifetimeMs: 3 * DAY })
+  const upstream = await startRecordingUpstream(t)
+  const clock = fakeClock()
+  const built = await build(t, {
+    AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, ...(redisUrl === undefined ? {} : { RATE_LIMIT_REDIS_URL: redisUrl }), ...env
+  }, { clock: clock.clock })
+  return {
+    ...built,
+    upstream,
+    clock,
+    async advance (ms) {
+      for (let left = ms; left > 0; left -= STEP_MS) {
+        await clock.tick(Math.min(left, STEP_MS))
+        for (let i = 0; i < 1000; i++) {
+          const state = built.app.tokens.state()
+          if (state.hasValidToken && !state.refreshing) break
+          await sleep(2)
+        }
+      }
+    },
+    async call (path, id, method = 'GET') {
+      const res = await request(built.proxyUrl + path, { method, headers: { [ID_HEADER]: id } })
+      return { status: res.statusCode, headers: res.headers, body: await res.body.text() }
+    },
+    metrics: () => scrapeSettled(built.adminUrl),
+    async status () {
+      const res = await request(built.adminUrl + '/status')
+      return await res.body.json() as Record<string, unknown>
+    }
+  }
+}
+
+export function answer (status: number, headers: Array<[string, string]>, body: string): Answer {
+  return { status, headers, body: Buffer.from(body), framing: 'length' }
+}
+
+/** Apigee's answers to a SpikeArrest violation: 429, or 500 from older gateways. */
+export const SPIKE_ARREST_BODY = '{"fault":{"faultstring":"Spike arrest violation. Allowed rate : 5ps","detail":{"errorcode":"policies.ratelimit.SpikeArrestViolation"}}}'
+
+export const rateLimited = (rule: string, reason: string, action: string): string =>
+  seriesKey('store_auth_proxy_rate_limited_total', { rule, reason, action })
