@@ -130,3 +130,11 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
   t.match(badFile, [/^RATE_LIMIT_REDIS_URL_FILE: in \/run\/secrets\/redis, the URL must be a redis:\/\//])
   t.notMatch(badFile.join(), secret)
 })
+
+t.test('IDLE_TIMEOUT_MS must cover RATE_LIMIT_MAX_WAIT_MS too, once rules can make a request wait', async (t) => {
+  // Defaults: TOKEN_WAIT_MS 3000 + UPSTREAM_QUEUE_TIMEOUT_MS 5000 + UPSTREAM_TIMEOUT_MS 30000 + RATE_LIMIT_MAX_WAIT_MS 1000.
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39000' }), [], 'no rules: nothing waits for a budget')
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39000', RATE_LIMITS: 'GET /x 1/s' }),
+    ['IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS + RATE_LIMIT_MAX_WAIT_MS'])
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39001', RATE_LIMITS: 'GET /x 1/s' }), [])
+})
