@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto'
 import t from 'tap'
 import { parseRules } from '../../src/quota/rules.js'
 import {
-  CHART, envOf, ofKind, one, packagedParent, podSpec, refusal, render, sidecarOf,
+  CHART, envOf, helmTemplate, ofKind, one, packagedParent, podSpec, refusal, render, sidecarOf,
   type Container, type JsonObject, type K8s
 } from './chart-helm.js'
 import { CI, checkSidecar } from './chart-expect.js'
@@ -137,6 +137,19 @@ t.test('sidecar mode: a parent chart mounts the ConfigMap the dependency renders
   t.match(volumeOf(deployment, 'store-auth-proxy-rate-limits'), { configMap: { name: 'shop-store-auth-proxy-rate-limits' } })
   t.match(rateLimitEnv(sidecarOf(deployment).container), { RATE_LIMITS_FILE: '/etc/store-auth-proxy/rate-limits/rules' })
   t.match(annotationsOf(deployment), { 'checksum/rate-limits': /^[0-9a-f]{64}$/ }, 'through store-auth-proxy.podAnnotations')
+})
+
+t.test('NOTES: rules without Redis where several pods run them get a note', async (t) => {
+  const notes = (args: string[]): string => {
+    const out = helmTemplate([...args, '--show-notes'])
+    t.equal(out.status, 0, out.stderr)
+    return out.stderr
+  }
+  const standalone = ['gateway', CHART, ...CI('standalone-values.yaml'), '--kube-version', '1.31']
+  t.match(notes([...standalone, ...rules(RULES)]), /rateLimits\.rules without rateLimits\.redis: every pod's sidecar keeps its own budgets/)
+  t.notMatch(notes([...standalone, ...quota]), /without rateLimits\.redis/, 'with Redis: no note')
+  t.notMatch(notes([...standalone, ...rules(RULES), '--set', 'replicaCount=1']), /without rateLimits\.redis/, 'one replica: no note')
+  t.notMatch(notes(standalone), /rateLimits/, 'no rules: no note')
 })
 
 t.test('long release names: the ConfigMap name keeps its suffix and fits', async (t) => {
