@@ -1,12 +1,16 @@
 // The chart's Grafana dashboard (helm/store-auth-proxy/dashboards/store-auth-proxy.json)
 // and alerts (templates/prometheusrule.yaml): valid dashboard JSON with the panels ops
 // need, and every metric and label their queries name is one a running sidecar exports
-// (scraped from /metrics of a sidecar built in-process with the process metrics on).
+// (scraped from /metrics of a sidecar built in-process with the process metrics on, and
+// with a quota rule, a real Redis and an upstream that rate-limits one path).
 import { readFileSync } from 'node:fs'
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { request } from 'undici'
 import { build, startStandIn } from '../helpers/build.js'
+import { startRedis } from '../helpers/redis.js'
 import { CHART, one, render, type JsonObject } from './chart-helm.js'
 import { MONITORING } from './chart-expect.js'
 
@@ -31,6 +35,12 @@ const EXPORTED: Record<string, string[]> = {
   store_auth_proxy_errors_total: ['code'],
   store_auth_proxy_upstream_queued_requests: [],
   store_auth_proxy_build_info: ['version', 'revision', 'node'],
+  store_auth_proxy_rate_limited_total: ['rule', 'reason', 'action'],
+  store_auth_proxy_rate_limit_upstream_answers_total: ['rule'],
+  store_auth_proxy_rate_limit_cooldown_until_seconds: ['rule'],
+  store_auth_proxy_rate_limit_backend: ['backend'],
+  store_auth_proxy_rate_limit_redis_up: [],
+  store_auth_proxy_rate_limit_redis_fallbacks_total: [],
   process_resident_memory_bytes: [],
   process_cpu_seconds_total: [],
   nodejs_heap_size_used_bytes: [],
@@ -74,6 +84,14 @@ async function queries (): Promise<Array<{ where: string, expr: string }>> {
   return out
 }
 
+/** Forwards one request to `base` as it came, and its answer back. */
+function createProxyTo (base: string, req: IncomingMessage, res: ServerResponse): ReturnType<typeof httpRequest> {
+  return httpRequest(new URL(req.url ?? '/', base), { method: req.method, headers: req.headers }, (answer) => {
+    res.writeHead(answer.statusCode ?? 502, answer.headers)
+    answer.pipe(res)
+  })
+}
+
 t.test('the PromQL name extraction finds metrics and labels, and nothing else', async (t) => {
   t.same(namesIn('sum by (code) (rate(store_auth_proxy_errors_total{instance=~"$instance", code!="x"}[$__rate_interval])) / on (job) up'),
     { metrics: ['store_auth_proxy_errors_total', 'up'], labels: ['instance', 'code', 'code', 'job'] })
@@ -99,7 +117,13 @@ t.test('the dashboard is Grafana dashboard JSON with the panels ops need', async
     ['in-flight requests', /store_auth_proxy_requests_in_flight/],
     ['503s by cause', /sum by \(code\) \(rate\(store_auth_proxy_errors_total/],
     ['memory', /process_resident_memory_bytes/],
-    ['CPU', /rate\(process_cpu_seconds_total/]
+    ['CPU', /rate\(process_cpu_seconds_total/],
+    ['quota refusals and delays by rule, reason and action', /sum by \(rule, reason, action\) \(rate\(store_auth_proxy_rate_limited_total/],
+    ['rate-limit answers from TI by rule', /sum by \(rule\) \(increase\(store_auth_proxy_rate_limit_upstream_answers_total/],
+    ['cool-downs left by rule', /max by \(rule\) \(store_auth_proxy_rate_limit_cooldown_until_seconds\{[^}]*\} > 0\) - time\(\)/],
+    ['the quota backend', /sum by \(backend\) \(store_auth_proxy_rate_limit_backend/],
+    ['Redis health', /store_auth_proxy_rate_limit_redis_up/],
+    ['fallbacks to memory', /increase\(store_auth_proxy_rate_limit_redis_fallbacks_total/]
   ]
   for (const [what, pattern] of needs) t.match(exprs, pattern, what)
 })
@@ -122,10 +146,31 @@ t.test('every query names only the sidecar\'s metrics and their labels', async (
 
 t.test('a running sidecar exports every metric and label the queries name', async (t) => {
   const standIn = await startStandIn(t)
-  const { proxyUrl, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url }, { defaultMetrics: true })
+  // The quota guard's series: a rule, a real Redis, and an upstream that rate-limits one path.
+  const redis = await startRedis(t)
+  const upstream = createServer((req, res) => {
+    if (req.url === '/v2/store/products/catalog') {
+      res.writeHead(429, { 'retry-after': '60', 'content-type': 'application/json' }).end('{"fault":{}}')
+    } else {
+      req.pipe(createProxyTo(standIn.url, req, res))
+    }
+  })
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => upstream.close())
+  const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
+  const { proxyUrl, adminUrl } = await build(t, {
+    AUTH_URL: standIn.url,
+    UPSTREAM_URL: upstreamUrl,
+    RATE_LIMITS: 'GET /v2/store/products/catalog 1/4h',
+    RATE_LIMIT_REDIS_URL: redis.url
+  }, { defaultMetrics: true })
   // Traffic that creates the labelled series: a proxied answer, and one the sidecar makes itself.
   await (await request(proxyUrl + '/v2/store/products/LM358BIDR')).body.dump()
   await (await request(proxyUrl + '/v2/store/products', { method: 'TRACE' })).body.dump()
+  // A rate-limit answer from the upstream, then a caller refused during its cool-down.
+  t.equal((await request(proxyUrl + '/v2/store/products/catalog')).statusCode, 429)
+  const refused = await request(proxyUrl + '/v2/store/products/catalog')
+  t.match(await refused.body.json(), { error: 'UPSTREAM_RATE_LIMITED' })
   const text = await (await request(adminUrl + '/metrics')).body.text()
   const scraped = new Map<string, Set<string>>()
   for (const line of text.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {

@@ -1,8 +1,9 @@
 // The chart's PrometheusRule, tested for real: rendered (test/deploy/chart-helm.ts), its
 // groups written as a Prometheus rules file, then `promtool check rules` and `promtool test
 // rules` with test/fixtures/prometheus-rules.test.yaml, whose series make every alert fire
-// for one sidecar and stay silent for the others. promtool comes from Debian's `prometheus`
-// package (.ci/run installs it; locally: apt-get install -y prometheus).
+// for one sidecar and stay silent for the others (the quota guard's alerts too). promtool
+// comes from Debian's `prometheus` package (.ci/run installs it; locally: apt-get install -y
+// prometheus).
 import { spawnSync } from 'node:child_process'
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -47,7 +48,8 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
     'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyNoValidToken',
-    'StoreAuthProxyTokenEndpointFailing', 'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx'
+    'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyTokenEndpointFailing', 'StoreAuthProxyTokenExpiringSoon',
+    'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])
   const cases = (parse(readFileSync(FIXTURE, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string, exp_alerts: unknown[] }> }> })
     .tests.flatMap((test) => test.alert_rule_test)
@@ -65,4 +67,15 @@ t.test('the unit tests catch a rule that is off: a higher 5xx threshold, a longe
   const missed = promtool(['test', 'rules', 'rules.test.yaml'], expiry.dir)
   t.not(missed.status, 0)
   t.match(missed.output, /StoreAuthProxyTokenExpiringSoon/)
+})
+
+t.test('the unit tests catch a quota alert that is off: a longer Redis outage, a longer rate-limited spell', async (t) => {
+  const redis = await rulesDir(['--set', 'metrics.prometheusRule.redisDownMinutes=10'])
+  const late = promtool(['test', 'rules', 'rules.test.yaml'], redis.dir)
+  t.not(late.status, 0)
+  t.match(late.output, /StoreAuthProxyRateLimitRedisDown/)
+  const limited = await rulesDir(['--set', 'metrics.prometheusRule.upstreamRateLimitedMinutes=30'])
+  const missed = promtool(['test', 'rules', 'rules.test.yaml'], limited.dir)
+  t.not(missed.status, 0)
+  t.match(missed.output, /StoreAuthProxyUpstreamRateLimited/)
 })

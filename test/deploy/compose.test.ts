@@ -7,11 +7,14 @@ import t from 'tap'
 import { parse } from 'yaml'
 import { shippedNodeFlags } from '../../bench/lib/shipped.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, trimCredential } from '../../src/config.js'
+import { parseRules } from '../../src/quota/rules.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
 
 interface Service {
+  profiles?: string[]
+  user?: string
   image?: string
   build?: string
   pull_policy?: string
@@ -30,7 +33,10 @@ interface Service {
 interface Compose { services: Record<string, Service>, secrets: Record<string, { file: string }> }
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
-const services = compose.services
+const all = compose.services
+// What `docker compose up` starts: the services of no profile. The profile `fleet` is checked below.
+const services = Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles === undefined))
+const fleet = Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles !== undefined))
 const SIDECAR = 'store-auth-proxy'
 
 t.test('compose: the three services, all from the image this checkout builds', async (t) => {
@@ -48,8 +54,8 @@ t.test('compose: the three services, all from the image this checkout builds', a
   t.equal(services[SIDECAR]?.command, undefined, 'the sidecar runs the image default (serve)')
 })
 
-t.test('compose: every container is hardened', async (t) => {
-  for (const [name, s] of Object.entries(services)) {
+t.test('compose: every container is hardened, the fleet profile\'s too', async (t) => {
+  for (const [name, s] of Object.entries(all)) {
     t.equal(s.init, true, `${name}: init`)
     t.equal(s.read_only, true, `${name}: read-only root filesystem`)
     t.same(s.cap_drop, ['ALL'], `${name}: every capability dropped`)
@@ -63,7 +69,7 @@ t.test('compose: the sidecar shares the caller\'s network namespace, as in a pod
   t.equal(sidecar?.ports, undefined, 'a container in another\'s namespace publishes nothing itself')
   t.equal(sidecar?.environment?.HOST, undefined, 'HOST stays at its loopback default')
   t.match(services.caller?.environment?.CALLER_TARGET_URL, /^http:\/\/localhost:8080\//, 'the caller uses localhost')
-  const published = Object.values(services).flatMap((s) => s.ports ?? [])
+  const published = Object.values(all).filter((s) => s.profiles === undefined).flatMap((s) => s.ports ?? [])
   // eslint-disable-next-line no-template-curly-in-string -- compose's own interpolation: 9090 unless set
   t.same(published, ['127.0.0.1:${STORE_AUTH_PROXY_ADMIN_PORT:-9090}:9090'],
     'only the admin port is published, on loopback, 9090 by default')
@@ -91,6 +97,53 @@ t.test('compose: exec-form healthchecks gate the start order', async (t) => {
   }
   t.same(services[SIDECAR]?.depends_on, { 'stand-in': { condition: 'service_healthy' }, caller: { condition: 'service_started' } })
   t.same(services.caller?.depends_on, { 'stand-in': { condition: 'service_healthy' } })
+})
+
+t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, nothing without the profile', async (t) => {
+  t.same(Object.keys(fleet).sort(), ['fleet-caller-a', 'fleet-caller-b', 'fleet-sidecar-a', 'fleet-sidecar-b', 'redis'])
+  for (const [name, s] of Object.entries(fleet)) t.same(s.profiles, ['fleet'], `${name} is in the profile fleet only`)
+  for (const [name, s] of Object.entries(services)) {
+    t.notOk(Object.keys(s.depends_on ?? {}).some((d) => d in fleet), `${name} does not pull in a fleet service`)
+  }
+  const redis = fleet.redis as Service
+  t.equal(redis.image, 'docker.io/library/redis:7-bookworm', 'the official image name (test/deploy/local-redis-image.sh stands in for it)')
+  t.equal(redis.build, undefined)
+  t.equal(redis.user, '999:999', 'the official image\'s redis user: no root, no capability needed')
+  t.equal(redis.ports, undefined, 'Redis is reachable on the compose network only')
+  t.same(redis.command, ['redis-server', '/run/secrets/redis_conf'])
+  t.match(read(compose.secrets.redis_conf?.file ?? ''), /^requirepass (\S+)$/m)
+  const password = /^requirepass (\S+)$/m.exec(read(compose.secrets.redis_conf?.file ?? ''))?.[1] ?? ''
+  t.equal(trimCredential(read(compose.secrets.redis_url?.file ?? '')), `redis://default:${password}@redis:6379`, 'the URL the sidecars read carries that password')
+
+  const rules: string[] = []
+  for (const side of ['a', 'b']) {
+    const caller = fleet[`fleet-caller-${side}`] as Service
+    const sidecar = fleet[`fleet-sidecar-${side}`] as Service
+    t.same(caller.command, ['caller'])
+    t.match(caller.environment?.CALLER_TARGET_URL, /^http:\/\/localhost:8080\//)
+    t.match(caller.ports, [new RegExp(`^127\\.0\\.0\\.1:\\$\\{STORE_AUTH_PROXY_FLEET_ADMIN_PORT_${side.toUpperCase()}:-909\\d\\}:9090$`)], `caller ${side} publishes its sidecar's admin port on loopback`)
+    t.equal(sidecar.network_mode, `service:fleet-caller-${side}`, `sidecar ${side} shares its caller's namespace`)
+    t.equal(sidecar.environment?.HOST, undefined)
+    t.same(sidecar.secrets?.slice().sort(), ['client_id', 'client_secret', 'redis_url'])
+    t.match(sidecar.environment, {
+      CLIENT_ID_FILE: '/run/secrets/client_id',
+      CLIENT_SECRET_FILE: '/run/secrets/client_secret',
+      RATE_LIMIT_REDIS_URL_FILE: '/run/secrets/redis_url'
+    })
+    t.notOk('RATE_LIMIT_REDIS_URL' in (sidecar.environment ?? {}), 'the URL (with its password) only as a file')
+    t.equal(sidecar.depends_on?.redis?.condition, 'service_healthy')
+    rules.push(sidecar.environment?.RATE_LIMITS ?? '')
+  }
+  t.equal(rules[0], rules[1], 'both sidecars have the same rules')
+  const parsed = parseRules(rules[0] ?? '', 'RATE_LIMITS')
+  t.same(parsed.problems, [])
+  t.same(parsed.rules.map((r) => r.id), ['GET /v2/store/products/catalog', 'GET /v2/store/products/*'], 'the catalog rule first: the first match wins')
+  // The shared budget shows: one caller alone stays under the per-minute limit, two do not.
+  const perMinute = parsed.rules[1]?.limits[0]
+  const callsPerMinute = 60_000 / Number(fleet['fleet-caller-a']?.environment?.CALLER_INTERVAL_MS)
+  t.equal(perMinute?.windowMs, 60_000)
+  t.ok(callsPerMinute < (perMinute?.count ?? 0) && 2 * callsPerMinute > (perMinute?.count ?? 0),
+    `${callsPerMinute} calls a minute per caller, limit ${perMinute?.count ?? 0}`)
 })
 
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {

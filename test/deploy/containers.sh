@@ -15,7 +15,16 @@
 #    requests succeed through the sidecar (its metrics on 127.0.0.1 count proxied 2xx
 #    answers), checks the healthchecks, the hardening and that the sidecar is reachable
 #    only from the caller's namespace, stops it (every container must exit 0) and tears
-#    it down.
+#    it down;
+# 4. brings up the compose profile `fleet` (a Redis, from a local stand-in for the official
+#    image that test/deploy/local-redis-image.sh builds, and two caller + sidecar pairs) and
+#    checks: both sidecars ready, /status of each says backend redis (the URL shown without
+#    its password), the catalog budget spent through one sidecar is refused by the other
+#    with an exact Retry-After, the password appears in no log or admin answer, Redis runs
+#    hardened as its own non-root user; then stops it (exit 0) and tears it down.
+#
+# podman-compose 1.0.3 ignores compose `profiles`, so each `up` names its services; the
+# default `up` is checked to start exactly the three services of old.
 #
 # Needs root (podman-setup.sh installs podman, runc and podman-compose from Debian).
 # Skips, exiting 0, only where podman cannot run at all. Everything it starts is named
@@ -85,6 +94,7 @@ command -v podman-compose >/dev/null || { echo "containers: podman-compose is mi
 
 "$tools/local-node-image.sh" slim 24
 "$tools/local-node-image.sh" distroless 24
+bash "$repo/test/deploy/local-redis-image.sh"
 
 # --- cleanup, whatever happens ----------------------------------------------------------
 compose=(podman-compose --podman-path "$repo/test/deploy/podman-compat.py" -p "$run")
@@ -98,10 +108,14 @@ show_logs_on_failure () {
 }
 cleanup () {
   set +e
-  show_logs_on_failure "$run-stand-in" "$run-proxy" "${run}_stand-in_1" "${run}_caller_1" "${run}_store-auth-proxy_1"
+  show_logs_on_failure "$run-stand-in" "$run-proxy" "${run}_stand-in_1" "${run}_caller_1" "${run}_store-auth-proxy_1" \
+    "${run}_redis_1" "${run}_fleet-sidecar-a_1" "${run}_fleet-sidecar-b_1"
   podman rm -f -t 0 "$run-stand-in" "$run-proxy" >/dev/null 2>&1
   podman network rm -f "$run-net" >/dev/null 2>&1
-  "${compose[@]}" down >/dev/null 2>&1
+  # podman-compose 1.0.3's down takes tens of seconds even with nothing left to remove.
+  if [ -n "$(podman ps -a -q --filter "label=com.docker.compose.project=$run" 2>/dev/null)" ]; then
+    "${compose[@]}" down >/dev/null 2>&1
+  fi
   podman network rm -f "${run}_default" >/dev/null 2>&1
 }
 trap 'aborted=1' ERR
@@ -221,11 +235,16 @@ STORE_AUTH_PROXY_ADMIN_PORT=$(node -e "const s = require('node:net').createServe
 export STORE_AUTH_PROXY_ADMIN_PORT
 # --build: never test an image left over from another checkout (every layer is cached).
 t0=$(date +%s%N)
-"${compose[@]}" up -d --build >"/tmp/$run-compose.log" 2>&1 \
+# The default services by name: podman-compose 1.0.3 would start the `fleet` profile too.
+default_services=(stand-in caller store-auth-proxy)
+"${compose[@]}" up -d --build "${default_services[@]}" >"/tmp/$run-compose.log" 2>&1 \
   || { grep -v systemd "/tmp/$run-compose.log" | tail -40; not_ok "podman-compose up"; exit 1; }
 rm -f "/tmp/$run-compose.log"
 echo "podman-compose up -d --build took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 sidecar="${run}_store-auth-proxy_1" caller="${run}_caller_1" stand_in="${run}_stand-in_1"
+check "without the profile, up starts the three services of old" \
+  eq "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}' | sort | paste -sd ' ')" \
+  "${run}_caller_1 ${run}_stand-in_1 ${run}_store-auth-proxy_1"
 metrics="http://127.0.0.1:$STORE_AUTH_PROXY_ADMIN_PORT/metrics"
 
 # Two answers: the caller's loop keeps going once the sidecar holds its token.
@@ -264,6 +283,81 @@ show_logs_on_failure "$stand_in" "$caller" "$sidecar"
 "${compose[@]}" down >/dev/null 2>&1
 podman network rm -f "${run}_default" >/dev/null 2>&1 || true
 check "podman-compose down removes every container" \
+  test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
+
+# --- 4. the compose profile fleet: two sidecars sharing budgets through Redis ----------------
+echo "== podman-compose, profile fleet ($(elapsed))"
+free_port () { node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close() })"; }
+STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A=$(free_port)
+STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B=$(free_port)
+export STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B
+fleet_services=(redis fleet-caller-a fleet-sidecar-a fleet-caller-b fleet-sidecar-b)
+# The image was built from this checkout above: no second build.
+t0=$(date +%s%N)
+"${compose[@]}" up -d "${fleet_services[@]}" >"/tmp/$run-fleet.log" 2>&1 \
+  || { grep -v systemd "/tmp/$run-fleet.log" | tail -40; not_ok "podman-compose up (profile fleet)"; exit 1; }
+rm -f "/tmp/$run-fleet.log"
+echo "podman-compose up -d (fleet) took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+redis="${run}_redis_1" fleet_a="${run}_fleet-sidecar-a_1" fleet_b="${run}_fleet-sidecar-b_1"
+caller_a="${run}_fleet-caller-a_1" caller_b="${run}_fleet-caller-b_1"
+admin_a="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A" admin_b="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B"
+password=$(sed -n 's/^requirepass //p' "$repo/deploy/demo-secrets/redis.conf")
+
+check "the Redis container runs the official image name ($(podman inspect --format '{{.ImageName}}' "$redis"))" \
+  eq "$(podman inspect --format '{{.ImageName}}' "$redis")" docker.io/library/redis:7-bookworm
+fleet_ready () { curl -sf "$admin_a/readyz" >/dev/null && curl -sf "$admin_b/readyz" >/dev/null; }
+check "both fleet sidecars become ready" wait_for "$READY_TIMEOUT_S" fleet_ready
+# Redis may answer a moment after a sidecar is ready (it then runs on memory, and returns).
+on_redis () { curl -s "$1/status" | node -e '
+  let s = ""; process.stdin.on("data", (c) => { s += c }).on("end", () => {
+    const r = JSON.parse(s).rateLimits ?? {}
+    process.exit(r.backend === "redis" && r.redis?.up === true && r.redis?.url === "redis://redis:6379" ? 0 : 1)
+  })'; }
+check "sidecar a's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_a"
+check "sidecar b's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_b"
+check "the Redis healthcheck passes" quiet_podman healthcheck run "$redis"
+
+# The catalog rule (1/4h 6/1d) spent through sidecar a, then asked of sidecar b. From inside
+# each caller: the sidecars listen on their pod's loopback only. The stand-in has no catalog
+# (404): the call still went out and spent the budget, as it would at TI.
+catalog () { podman exec "$1" /nodejs/bin/node -e "
+  fetch('http://127.0.0.1:8080/v2/store/products/catalog').then(async (r) =>
+    console.log(r.status, r.headers.get('retry-after') ?? '-', (await r.json()).error ?? '-'))"; }
+through_a=$(catalog "$caller_a")
+check "the first catalog call, through sidecar a, is forwarded (got: $through_a)" eq "$through_a" "404 - -"
+through_b=$(catalog "$caller_b")
+read -r status retry_after code <<<"$through_b"
+check "the next, through sidecar b, is refused at once: 429 UPSTREAM_RATE_LIMITED (got: $through_b)" eq "$status $code" "429 UPSTREAM_RATE_LIMITED"
+check "... with Retry-After the rest of the 4 h window ($retry_after s)" test "$retry_after" -gt 14000 -a "$retry_after" -le 14400
+refusals=$(curl -s "$admin_b/metrics" | awk '/^store_auth_proxy_rate_limited_total\{/ && /rule="GET \/v2\/store\/products\/catalog"/ && /reason="budget"/ && /action="refused"/ { n += $NF } END { print n + 0 }')
+check "sidecar b counts the refusal by rule, reason and action (got $refusals)" eq "$refusals" 1
+leaks=0
+for c in "$fleet_a" "$fleet_b" "$caller_a" "$caller_b"; do
+  if podman logs "$c" 2>&1 | grep -F -- "$password" >/dev/null; then leaks=$((leaks + 1)); fi
+done
+for path in /status /readyz /metrics; do
+  if curl -s "$admin_a$path" | grep -F -- "$password" >/dev/null; then leaks=$((leaks + 1)); fi
+done
+check "the Redis password is in no log and no admin answer (found in $leaks)" eq "$leaks" 0
+check "sidecar a logged that budgets are shared in Redis" logs_have "$fleet_a" '"redis":"redis://redis:6379"'
+check "redis runs with init, a read-only root filesystem and no capabilities" \
+  eq "$(podman inspect --format '{{.HostConfig.Init}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}}' "$redis")" "true true []"
+pid=$(node_pid "$redis")
+check "redis runs as its image's uid 999 and cannot gain privileges" \
+  eq "$(awk '/^Uid:/ { print $3 } /^NoNewPrivs:/ { print $2 }' "/proc/$pid/status" | paste -sd ' ')" "999 1"
+
+fleet_containers=("$redis" "$caller_a" "$fleet_a" "$caller_b" "$fleet_b")
+t0=$(date +%s%N)
+podman stop -t 10 "${fleet_containers[@]}" >/dev/null 2>&1
+echo "stopping the fleet took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+for c in "${fleet_containers[@]}"; do
+  code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
+  check "${c#"${run}"_} exits 0 on stop (got $code)" eq "$code" 0
+done
+show_logs_on_failure "${fleet_containers[@]}"
+"${compose[@]}" down >/dev/null 2>&1
+podman network rm -f "${run}_default" >/dev/null 2>&1 || true
+check "podman-compose down removes every fleet container" \
   test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
 
 echo "== done in $(elapsed)"

@@ -179,6 +179,9 @@ annotations for the admin port.
 */}}
 {{- define "store-auth-proxy.podAnnotations" -}}
 checksum/secret: {{ .Values.credentials | toJson | sha256sum }}
+{{- if .Values.rateLimits.rules }}
+checksum/rate-limits: {{ include "store-auth-proxy.rateLimitsFile" . | sha256sum }}
+{{- end }}
 {{- if .Values.metrics.podAnnotations }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .Values.proxy.adminPort | int64 | quote }}
@@ -247,6 +250,9 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
       value: {{ .Values.proxy.accessLog | quote }}
     - name: LOG_LEVEL
       value: {{ .Values.proxy.logLevel | quote }}
+    {{- with include "store-auth-proxy.rateLimitsEnv" . | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- with .Values.proxy.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -275,6 +281,16 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
     - name: store-auth-proxy-credentials
       mountPath: {{ .Values.credentials.mountPath }}
       readOnly: true
+    {{- if .Values.rateLimits.rules }}
+    - name: store-auth-proxy-rate-limits
+      mountPath: {{ .Values.rateLimits.mountPath }}
+      readOnly: true
+    {{- end }}
+    {{- if .Values.rateLimits.redis.existingSecret }}
+    - name: store-auth-proxy-rate-limit-redis
+      mountPath: {{ .Values.rateLimits.redis.mountPath }}
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -293,4 +309,73 @@ The sidecar's volumes, as entries of a pod's `volumes` list.
         path: {{ .Values.credentials.clientIdKey }}
       - key: {{ .Values.credentials.clientSecretKey }}
         path: {{ .Values.credentials.clientSecretKey }}
+{{- if .Values.rateLimits.rules }}
+- name: store-auth-proxy-rate-limits
+  configMap:
+    name: {{ include "store-auth-proxy.rateLimitsName" . }}
+    defaultMode: 292
+    items:
+      - key: rules
+        path: rules
+{{- end }}
+{{- if .Values.rateLimits.redis.existingSecret }}
+- name: store-auth-proxy-rate-limit-redis
+  secret:
+    secretName: {{ .Values.rateLimits.redis.existingSecret }}
+    # 0444 (see above): the URL may carry a password; only the proxy container mounts it.
+    defaultMode: 292
+    items:
+      - key: {{ .Values.rateLimits.redis.key }}
+        path: {{ .Values.rateLimits.redis.key }}
+{{- end }}
+{{- end }}
+
+{{/*
+The quota guard's ConfigMap (rateLimits.rules), named so that the suffix always fits.
+*/}}
+{{- define "store-auth-proxy.rateLimitsName" -}}
+{{- printf "%s-rate-limits" (include "store-auth-proxy.fullname" . | trunc 51 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+The rules file (key `rules` of the ConfigMap) RATE_LIMITS_FILE points to: one rule per line, in the order given (the
+first matching rule wins). Its checksum rolls the pods when the rules change, since the
+sidecar reads the file once, at start.
+*/}}
+{{- define "store-auth-proxy.rateLimitsFile" -}}
+# store-auth-proxy quota rules (the chart's rateLimits.rules): METHOD PATH N/WINDOW [N/WINDOW ...]
+{{- range .Values.rateLimits.rules }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The quota guard's environment variables: only those whose value is set, so that with
+rateLimits left empty the sidecar runs its embedded defaults and the render is unchanged.
+*/}}
+{{- define "store-auth-proxy.rateLimitsEnv" -}}
+{{- if .Values.rateLimits.rules }}
+- name: RATE_LIMITS_FILE
+  value: {{ printf "%s/rules" .Values.rateLimits.mountPath | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.maxWaitMs) }}
+- name: RATE_LIMIT_MAX_WAIT_MS
+  value: {{ .Values.rateLimits.maxWaitMs | int64 | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cooldownMs) }}
+- name: RATE_LIMIT_COOLDOWN_MS
+  value: {{ .Values.rateLimits.cooldownMs | int64 | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cooldownMaxMs) }}
+- name: RATE_LIMIT_COOLDOWN_MAX_MS
+  value: {{ .Values.rateLimits.cooldownMaxMs | int64 | quote }}
+{{- end }}
+{{- if .Values.rateLimits.redis.existingSecret }}
+- name: RATE_LIMIT_REDIS_URL_FILE
+  value: {{ printf "%s/%s" .Values.rateLimits.redis.mountPath .Values.rateLimits.redis.key | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.redis.timeoutMs) }}
+- name: RATE_LIMIT_REDIS_TIMEOUT_MS
+  value: {{ .Values.rateLimits.redis.timeoutMs | int64 | quote }}
+{{- end }}
 {{- end }}
