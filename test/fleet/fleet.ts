@@ -169,16 +169,16 @@ export function dishonesty (seen: Seen, { rule, reason, maxRetryAfterS }: { rule
  */
 export function hammer (sidecars: Sidecar[], path: string, { perSidecar = 3, pauseMs = 20 } = {}) {
   const seen: Seen[] = []
-  let running = true
+  const state = { running: true }
   const loops = sidecars.flatMap((sidecar) => Array.from({ length: perSidecar }, async () => {
-    while (running) {
+    while (state.running) {
       seen.push(await callVia(sidecar, path))
       await sleep(pauseMs)
     }
   }))
   return {
     seen,
-    stop: async () => { running = false; await Promise.all(loops) }
+    stop: async () => { state.running = false; await Promise.all(loops) }
   }
 }
 
