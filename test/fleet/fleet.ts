@@ -286,3 +286,25 @@ export function countBy<T> (items: T[], key: (item: T) => string): Record<string
 }
 
 export const secretsOf = (issued: string[]): string[] => [CLIENT_SECRET, ...issued]
+
+/**
+ * The arrivals grouped into windows that each start at their first arrival (the
+ * alignment of rate-limiter-flexible's fixed windows), as `+start ms: count`: for
+ * the test's comments, so a run shows how the budget was spent.
+ */
+export function chainWindows (times: number[], windowMs: number): string {
+  const a = [...times].sort((x, y) => x - y)
+  const out: string[] = []
+  let start = -Infinity
+  let count = 0
+  for (const at of a) {
+    if (at >= start + windowMs) {
+      if (count > 0) out.push(`+${Math.round(start - (a[0] ?? 0))}ms: ${count}`)
+      start = at
+      count = 0
+    }
+    count += 1
+  }
+  if (count > 0) out.push(`+${Math.round(start - (a[0] ?? 0))}ms: ${count}`)
+  return out.join(', ')
+}
