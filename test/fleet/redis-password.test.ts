@@ -2,7 +2,6 @@
 // RATE_LIMIT_REDIS_URL_FILE) never appears in any log line, /status, /readyz or /metrics,
 // whether Redis is up, down, or refusing a wrong password; wherever the URL is shown it
 // is scheme://host:port.
-import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { callVia, eventually, getText, secretsOf, startArrivalUpstream, startSidecar, statusOf, type Sidecar } from './fleet.js'
