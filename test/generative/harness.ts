@@ -59,7 +59,9 @@ export async function checkProperty<Ts> (
 export async function setup (t: Test, env: Record<string, string> = {}) {
   const tokenEndpoint = await startRecordingTokenEndpoint(t)
   const upstream = await startRecordingUpstream(t)
-  const sidecar = await build(t, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true', ...env })
+  // No budget rules unless a file sets them: no request ever waits for a budget, so
+  // RATE_LIMIT_MAX_WAIT_MS (part of the sum IDLE_TIMEOUT_MS must exceed) is 0 here.
+  const sidecar = await build(t, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true', RATE_LIMIT_MAX_WAIT_MS: '0', ...env })
   const requests = createTally()
   const errors = createTally()
   let before: Samples | undefined
