@@ -229,10 +229,14 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
   }
   if (typed) problems.push(...listenerProblems(raw))
-  if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS + raw.RATE_LIMIT_MAX_WAIT_MS) {
+  // Only a request with a budget ever waits for one: without rules that wait is 0.
+  const hasRules = (raw.RATE_LIMITS ?? '').trim() !== '' || (raw.RATE_LIMITS_FILE ?? '') !== ''
+  const budgetWaitMs = hasRules ? raw.RATE_LIMIT_MAX_WAIT_MS : 0
+  if (typed && raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS + budgetWaitMs) {
     // A caller's connection is silent while its request waits for a token, for its budget, for
     // an upstream connection and for the answer: closing it sooner would leave the caller without a status line.
-    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS + RATE_LIMIT_MAX_WAIT_MS')
+    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS' +
+      (hasRules ? ' + RATE_LIMIT_MAX_WAIT_MS' : ''))
   }
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
 

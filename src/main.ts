@@ -11,7 +11,7 @@ import type { App } from './app.js'
 import { systemClock } from './clock.js'
 import {
   ConfigError, DEFAULT_ADMIN_PORT, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, listenFailure, loadCallerConfig, loadConfig,
-  loadStandInConfig, type Config, type LogLevel
+  loadStandInConfig, redisDisplayUrl, type Config, type LogLevel
 } from './config.js'
 import { probe } from './healthcheck.js'
 import { buildInfo } from './version.js'
@@ -37,7 +37,10 @@ function describe (config: Config) {
     clientIdFrom: 'file' in config.clientId ? `file ${config.clientId.file}` : 'environment',
     clientSecretFrom: 'file' in config.clientSecret ? `file ${config.clientSecret.file}` : 'environment',
     proxy: `${config.host}:${config.port}`,
-    admin: `${config.adminHost}:${config.adminPort}`
+    admin: `${config.adminHost}:${config.adminPort}`,
+    rateLimitRules: config.rateLimits.rules.length,
+    // scheme://host:port only: the URL may carry a password.
+    rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl)
   }
 }
 

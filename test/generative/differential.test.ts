@@ -82,9 +82,7 @@ const okAnswer = (c: RequestCase): Answer => ({
 fileBudget(t)
 
 t.test('differential forwarding', async (t) => {
-  // Generated answers include 429s: with cool-downs on, the next case would get the
-  // sidecar's local 429 instead of the upstream's answer. The quota cases are in quota.test.ts.
-  const s = await setup(t, { RATE_LIMIT_COOLDOWN_MS: '0' })
+  const s = await setup(t)
   await s.baseline()
 
   await t.test('bodies: every method, content type, size and framing is forwarded byte for byte', async (t) => {

@@ -34,13 +34,23 @@ export interface QuotaSidecar extends Built {
  * The sidecar on a fake clock (budgets and cool-downs are timed on it), in front of the
  * recording upstream; the stand-in's tokens last days, so moving the clock needs no refresh.
  */
-export async function quotaSidecar (t: Test, env: Record<string, string>, { redisUrl }: { redisUrl?: string } = {}): Promise<QuotaSidecar> {
-  const standIn = await startStandIn(t, { tokenLifetimeMs: 3 * DAY })
-  const upstream = await startRecordingUpstream(t)
+export interface QuotaSidecarOptions {
+  redisUrl?: string
+  /** Share these with another sidecar (one credential: one AUTH_URL). */
+  authUrl?: string
+  upstream?: RecordingUpstream
+  /** The system clock (Redis tests: Redis keeps the time there); the fake one otherwise. */
+  systemClock?: boolean
+}
+
+export async function quotaSidecar (t: Test, env: Record<string, string>, options: QuotaSidecarOptions = {}): Promise<QuotaSidecar> {
+  const { redisUrl, systemClock = false } = options
+  const authUrl = options.authUrl ?? (await startStandIn(t, { tokenLifetimeMs: 3 * DAY })).url
+  const upstream = options.upstream ?? await startRecordingUpstream(t)
   const clock = fakeClock()
   const built = await build(t, {
-    AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, ...(redisUrl === undefined ? {} : { RATE_LIMIT_REDIS_URL: redisUrl }), ...env
-  }, { clock: clock.clock })
+    AUTH_URL: authUrl, UPSTREAM_URL: upstream.url, ...(redisUrl === undefined ? {} : { RATE_LIMIT_REDIS_URL: redisUrl }), ...env
+  }, systemClock ? {} : { clock: clock.clock })
   return {
     ...built,
     upstream,

@@ -1,0 +1,140 @@
+// RATE_LIMITS syntax and matching (issue 14 §2), table-driven, and their configuration errors.
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config.js'
+import { matchPath, matchRule, parseLimit, parseRules } from '../../src/quota/rules.js'
+
+const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
+const noFiles = (path: string): string => { throw Object.assign(new Error(`no file ${path}`), { code: 'ENOENT' }) }
+
+function problemsOf (env: Record<string, string | undefined>, readFile = noFiles): string[] {
+  try {
+    loadConfig({ ...base, ...env }, readFile)
+    return []
+  } catch (err) {
+    if (err instanceof ConfigError) return [...err.problems]
+    throw err
+  }
+}
+
+t.test('limits: N/WINDOW with ms, s, m, h, d; a bare unit is one of it; 1 ms to 1 day', async (t) => {
+  const cases: Array<[string, number, number]> = [
+    ['5/1s', 5, 1000], ['5/s', 5, 1000], ['1/4h', 1, 4 * 3_600_000], ['6/1d', 6, 86_400_000], ['10/250ms', 10, 250],
+    ['3/15m', 3, 900_000], ['1/1ms', 1, 1], ['1/24h', 1, 86_400_000], ['1/86400s', 1, 86_400_000]
+  ]
+  for (const [text, count, windowMs] of cases) t.same(parseLimit(text), { count, windowMs, text }, text)
+  for (const bad of ['0/1s', '5', '5/', '/1s', '5/1', '5/1w', '5/2d', '5/25h', '5/0s', '-1/s', '1.5/s', '5/1.5s', '5/ 1s', '5/1S']) {
+    t.type(parseLimit(bad), 'string', bad)
+  }
+})
+
+t.test('rules: separated by ; or newlines, # comments, blank lines; ids as written', async (t) => {
+  const { rules, problems } = parseRules(`
+    # the catalog: TI's published limits
+    GET /v2/store/products/catalog 1/4h 6/1d
+    * /v2/store/** 5/1s ; POST /v2/store/orders/*/cancel 1/m   # trailing comment
+  `, 'RATE_LIMITS')
+  t.same(problems, [])
+  t.same(rules.map((r) => r.id), ['GET /v2/store/products/catalog', '* /v2/store/**', 'POST /v2/store/orders/*/cancel'])
+  t.same(rules[0]?.limits.map((l) => l.text), ['1/4h', '6/1d'])
+})
+
+t.test('every rule problem at once, each naming its rule and the problem', async (t) => {
+  const { rules, problems } = parseRules('get /x 1/s; GET x 1/s; GET /a/**/b 1/s; GET /a*b 1/s; GET /ok; GET /y 5/q 0/s; GET /z 1/s; GET /z 2/s', 'RATE_LIMITS')
+  t.same(rules.map((r) => r.id), ['GET /z'])
+  t.match(problems, [
+    /^RATE_LIMITS: rule 1 "get \/x 1\/s": method "get" must be an upper-case HTTP method or \*$/,
+    /^RATE_LIMITS: rule 2 "GET x 1\/s": path "x" must start with \/$/,
+    /^RATE_LIMITS: rule 3 "GET \/a\/\*\*\/b 1\/s": path "\/a\/\*\*\/b": \*\* may only be the last segment$/,
+    /^RATE_LIMITS: rule 4 "GET \/a\*b 1\/s": path "\/a\*b": \* must be a whole segment/,
+    /^RATE_LIMITS: rule 5 "GET \/ok": needs at least one limit/,
+    /^RATE_LIMITS: rule 6 "GET \/y 5\/q 0\/s": limit "5\/q" is not N\/WINDOW/,
+    /^RATE_LIMITS: rule 6 "GET \/y 5\/q 0\/s": limit "0\/s": N must be a positive integer$/,
+    /^RATE_LIMITS: rule 8 "GET \/z 2\/s": repeats the rule GET \/z/
+  ])
+})
+
+t.test('matching: literal segments, * one non-empty segment, ** zero or more at the end; first rule wins', async (t) => {
+  const { rules } = parseRules('GET /v2/store/products/catalog 1/4h; * /v2/store/orders/*/lines 5/s; DELETE /v2/store/** 1/s; * /v2/store/** 5/s', 'RATE_LIMITS')
+  const cases: Array<[string, string, string | undefined]> = [
+    ['GET', '/v2/store/products/catalog', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products/catalog?currency=USD', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products/%63atalog', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products/%63%41talog', '* /v2/store/**'],
+    ['HEAD', '/v2/store/products/catalog', '* /v2/store/**'],
+    ['GET', '/v2/store/products/catalog/', '* /v2/store/**'],
+    ['GET', '/v2/store/products/Catalog', '* /v2/store/**'],
+    ['PUT', '/v2/store/orders/42/lines', '* /v2/store/orders/*/lines'],
+    ['PUT', '/v2/store/orders//lines', '* /v2/store/**'],
+    ['DELETE', '/v2/store/orders/42/lines', '* /v2/store/orders/*/lines'],
+    ['DELETE', '/v2/store/orders/42', 'DELETE /v2/store/**'],
+    ['GET', '/v2/store', '* /v2/store/**'],
+    ['GET', '/v2/storefront', undefined],
+    ['GET', '/v1/store/products/catalog', undefined],
+    ['GET', '/v2/store%2Fproducts', undefined]
+  ]
+  for (const [method, target, id] of cases) t.equal(matchRule(rules, method, target)?.id, id, `${method} ${target}`)
+  t.equal(matchRule([], 'GET', '/v2/store/x'), undefined)
+})
+
+t.test('matchPath decodes only unreserved characters (RFC 3986 §6.2.2.2)', async (t) => {
+  t.equal(matchPath('/a%2Db%5F%7E%2E?q=%63'), '/a-b_~.')
+  t.equal(matchPath('/a%2Fb%20c%25'), '/a%2Fb%20c%25')
+  t.equal(matchPath('/%e2%82%ac'), '/%e2%82%ac')
+})
+
+t.test('configuration: rule errors among every other problem; both sources is an error; files', async (t) => {
+  const problems = problemsOf({ PORT: 'x', RATE_LIMITS: 'GET /x 1/2d', RATE_LIMIT_COOLDOWN_MS: '5000', RATE_LIMIT_COOLDOWN_MAX_MS: '1000' })
+  t.match(problems, [/^PORT: /])
+  const typedProblems = problemsOf({ RATE_LIMITS: 'GET /x 1/2d', RATE_LIMIT_COOLDOWN_MS: '5000', RATE_LIMIT_COOLDOWN_MAX_MS: '1000', UPSTREAM_URL: 'nope' })
+  t.match(typedProblems, [
+    /^UPSTREAM_URL: /,
+    /^RATE_LIMITS: rule 1 "GET \/x 1\/2d": limit "1\/2d": the window must be at most 1 day$/,
+    /^RATE_LIMIT_COOLDOWN_MS: must not exceed RATE_LIMIT_COOLDOWN_MAX_MS$/
+  ])
+  t.same(problemsOf({ RATE_LIMITS: 'GET /x 1/s', RATE_LIMITS_FILE: '/etc/rules' }), ['RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both'])
+  t.match(problemsOf({ RATE_LIMITS_FILE: '/nowhere' }), [/^RATE_LIMITS_FILE: cannot read \/nowhere \(ENOENT\)$/])
+  const fromFile = loadConfig({ ...base, RATE_LIMITS_FILE: '/etc/rules' }, () => '# TI\nGET /v2/store/products/catalog 1/4h 6/1d\n\n* /v2/store/** 5/s\n')
+  t.same(fromFile.rateLimits.rules.map((r) => r.id), ['GET /v2/store/products/catalog', '* /v2/store/**'])
+  t.equal(fromFile.rateLimits.rulesSource, 'RATE_LIMITS_FILE (/etc/rules)')
+  t.match(problemsOf({ RATE_LIMITS_FILE: '/etc/rules' }, () => 'GET /x 1/s\nGET y 1/s\n'), [/^RATE_LIMITS_FILE \(\/etc\/rules\): rule 2 "GET y 1\/s": path "y" must start with \/$/])
+})
+
+t.test('configuration: defaults, and the Redis URL checked without ever repeating it', async (t) => {
+  const config = loadConfig(base)
+  t.same({ ...config.rateLimits, rules: [...config.rateLimits.rules] }, {
+    rules: [],
+    rulesSource: undefined,
+    maxWaitMs: 1000,
+    cooldownMs: 1000,
+    cooldownMaxMs: 3_600_000,
+    redisUrl: undefined,
+    redisUrlSource: undefined,
+    redisTimeoutMs: 200
+  })
+  const secret = 'Sup3rRedisPass'
+  for (const [url, problem] of [
+    [`http://:${secret}@redis:6379`, /must be a redis:\/\/ or rediss:\/\/ URL/],
+    [`redis://:${secret}@redis:6379/x`, /may only have a database number/],
+    [`redis://:${secret}@redis:6379?password=${secret}`, /must not contain a query string/],
+    [`redis://:${secret}@[bad`, /is not a valid URL/]
+  ] as const) {
+    const problems = problemsOf({ RATE_LIMIT_REDIS_URL: url })
+    t.match(problems, [problem], url)
+    t.notMatch(problems.join('\n'), secret)
+  }
+  t.same(problemsOf({ RATE_LIMIT_REDIS_URL: 'redis://a:1', RATE_LIMIT_REDIS_URL_FILE: '/f' }),
+    ['RATE_LIMIT_REDIS_URL: set either RATE_LIMIT_REDIS_URL or RATE_LIMIT_REDIS_URL_FILE, not both'])
+  const fromFile = loadConfig({ ...base, RATE_LIMIT_REDIS_URL_FILE: '/run/secrets/redis' }, () => `rediss://app:${secret}@redis.internal:6380/2\n`)
+  t.equal(fromFile.rateLimits.redisUrl, `rediss://app:${secret}@redis.internal:6380/2`)
+  const badFile = problemsOf({ RATE_LIMIT_REDIS_URL_FILE: '/run/secrets/redis' }, () => `http://:${secret}@x`)
+  t.match(badFile, [/^RATE_LIMIT_REDIS_URL_FILE: in \/run\/secrets\/redis, the URL must be a redis:\/\//])
+  t.notMatch(badFile.join(), secret)
+})
+
+t.test('IDLE_TIMEOUT_MS must cover RATE_LIMIT_MAX_WAIT_MS too, once rules can make a request wait', async (t) => {
+  // Defaults: TOKEN_WAIT_MS 3000 + UPSTREAM_QUEUE_TIMEOUT_MS 5000 + UPSTREAM_TIMEOUT_MS 30000 + RATE_LIMIT_MAX_WAIT_MS 1000.
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39000' }), [], 'no rules: nothing waits for a budget')
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39000', RATE_LIMITS: 'GET /x 1/s' }),
+    ['IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS + RATE_LIMIT_MAX_WAIT_MS'])
+  t.same(problemsOf({ IDLE_TIMEOUT_MS: '39001', RATE_LIMITS: 'GET /x 1/s' }), [])
+})
