@@ -21,7 +21,8 @@ import { checkProperty, describe, fileBudget, nextId, ownError, setup, statusCla
  */
 const SCOPES = 1000
 const scopeRule = (i: number): string => `* /v2/store/s${i}/**`
-const RULES = Array.from({ length: SCOPES }, (_, i) => `${scopeRule(i)} 1000/1s`).join('; ')
+const BACKOFF_RULE = '* /v2/store/backoff/**'
+const RULES = [...Array.from({ length: SCOPES }, (_, i) => `${scopeRule(i)} 1000/1s`), `${BACKOFF_RULE} 1000/1s`].join('; ')
 const COOLDOWN_MS = 1000
 const COOLDOWN_MAX_MS = 3000
 
@@ -188,6 +189,33 @@ t.test('quota: rate-limit answers from the gateway', async (t) => {
   })
   await t.test('the answer reaches its caller unchanged; its scope cools down for the right time, no other does; a plain 500 cools nothing', async (t) => {
     await checkProperty(t, 'gateway rate-limit answers', property, { numRuns: 60, timeLimitMs: 30_000 })
+  })
+
+  await t.test('a cool-down ends; a repeat soon after doubles the next one, up to RATE_LIMIT_COOLDOWN_MAX_MS', async (t) => {
+    const get = (target: string): RequestCase => ({ method: 'GET', target, headers: [], contentType: null, body: { bytes: [] }, framing: 'none', cutsPerMille: [], expectContinue: false })
+    const c = get('/v2/store/backoff/orders')
+    // Each step: the gateway's 429 without Retry-After, then a caller at once (the cool-down
+    // and its Retry-After), then a caller just after the cool-down should have ended.
+    const steps: Array<{ lengthS: number, retryAfter: [number, number] }> = [
+      { lengthS: 1, retryAfter: [1, 1] }, // RATE_LIMIT_COOLDOWN_MS
+      { lengthS: 2, retryAfter: [2, 2] }, // a repeat within 1 s of the end: doubled
+      { lengthS: 3, retryAfter: [3, 3] } // doubled again, 4 s, capped at RATE_LIMIT_COOLDOWN_MAX_MS
+    ]
+    for (const [i, step] of steps.entries()) {
+      const id = nextId('q-backoff')
+      s.upstream.plan(id, { kind: 'answer', answer: toGatewayAnswer({ kind: '429', retryAfter: { as: 'none' }, body: 'apigee', framing: 'length' }) })
+      const limited = await send(c, id)
+      const answeredAt = performance.now()
+      t.equal(limited.status, 429, `step ${i + 1}: the gateway's 429 passed on (${describe(limited)})`)
+      t.equal(s.upstream.seen(id).length, 1, `step ${i + 1}: it reached the upstream: the cool-down before it had ended`)
+      quota.add('store_auth_proxy_rate_limit_upstream_answers_total', { rule: BACKOFF_RULE })
+      const cooled = await send(c, nextId('q-backoff-during'))
+      localCooldown(c, cooled, BACKOFF_RULE, step.retryAfter)
+      t.pass(`step ${i + 1}: a ${step.lengthS} s cool-down, Retry-After ${headerMap(cooled.rawHeaders).get('retry-after')?.[0] ?? ''}`)
+      await new Promise((resolve) => setTimeout(resolve, answeredAt + step.lengthS * 1000 + 150 - performance.now()))
+    }
+    const through = await send(c, nextId('q-backoff-after'))
+    t.equal(through.status, 200, `after the last cool-down, calls go through again (${describe(through)})`)
   })
 
   await t.test('metrics agree with what the callers saw', async (t) => {
