@@ -11,7 +11,7 @@ import {
 import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
 import { requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
-import { GO, UPSTREAM_SCOPE, type OnGone, type QuotaGuard, type Verdict } from './quota/guard.js'
+import { GO, UPSTREAM_SCOPE, type QuotaGuard, type Verdict } from './quota/guard.js'
 import { isRateLimitFault, retryAfterSeconds } from './quota/retry-after.js'
 import type { Rule } from './quota/rules.js'
 import type { Token, TokenManager } from './token/token-manager.js'
@@ -208,7 +208,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       return
     }
     const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
-    const verdict = quota.admit(rule, onGoneOf(reply))
+    const verdict = quota.admit(rule, reply.raw)
     if (verdict === GO) forward(request, reply, rule)
     else if (verdict instanceof Promise) {
       verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
@@ -341,19 +341,6 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       send(request, reply)
     }
   })
-}
-
-/** For the quota guard's wait: the caller's answer closing means the caller left. */
-function onGoneOf (reply: FastifyReply): OnGone {
-  return (listener) => {
-    const res = reply.raw
-    if (res.destroyed) {
-      queueMicrotask(listener)
-      return () => {}
-    }
-    res.once('close', listener)
-    return () => { res.removeListener('close', listener) }
-  }
 }
 
 /** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */

@@ -27,8 +27,12 @@ const GO_DELAYED: Verdict = Object.freeze({ ok: true, delayed: true })
 const GONE: Verdict = Object.freeze({ ok: false, reason: 'gone' })
 const NO_LIMITS: readonly Limit[] = Object.freeze([])
 
-/** Registers a listener for the caller leaving; returns a function that removes it. */
-export type OnGone = (listener: () => void) => () => void
+/** The caller's side of the exchange (its ServerResponse): it emits 'close' when the caller leaves. */
+export interface Caller {
+  readonly destroyed: boolean
+  once: (event: 'close', listener: () => void) => unknown
+  removeListener: (event: 'close', listener: () => void) => unknown
+}
 
 export interface RateLimitStatus {
   backend: 'memory' | 'redis'
@@ -138,14 +142,16 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
     backend === 'memory' ? memory.take(scope, limits) : takeShared(scope, limits)
 
   /** Waits `ms` unless the caller leaves first; true when it left. */
-  function sleep (ms: number, onGone: OnGone): Promise<boolean> {
+  function sleep (ms: number, caller: Caller): Promise<boolean> {
+    if (caller.destroyed) return Promise.resolve(true)
     return new Promise((resolve) => {
-      const stopListening = onGone(() => {
+      const left = (): void => {
         cancel()
         resolve(true)
-      })
+      }
+      caller.once('close', left)
       const cancel = clock.setTimer(() => {
-        stopListening()
+        caller.removeListener('close', left)
         resolve(false)
       }, ms)
     })
@@ -157,7 +163,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
     return { ok: false, reason, retryAfterMs: ms, scope }
   }
 
-  async function settle (scope: string, limits: readonly Limit[], first: Take, onGone: OnGone): Promise<Verdict> {
+  async function settle (scope: string, limits: readonly Limit[], first: Take, caller: Caller): Promise<Verdict> {
     const startedAt = clock.now()
     let result = first
     for (;;) {
@@ -168,7 +174,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
       if (result.kind === 'cooldown') return refuse(scope, 'cooldown', result.ms)
       // Over budget: wait if it frees within RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       if (result.ms > maxWaitMs - (clock.now() - startedAt)) return refuse(scope, 'budget', result.ms)
-      if (await sleep(result.ms, onGone)) return GONE
+      if (await sleep(result.ms, caller)) return GONE
       result = await take(scope, limits)
     }
   }
@@ -177,13 +183,13 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
    * Whether the request may be sent now: synchronously GO on the common path (nothing
    * stands in the way, in memory), else a promise. One budget point per send.
    */
-  function admit (rule: Rule | undefined, onGone: OnGone): Verdict | Promise<Verdict> {
+  function admit (rule: Rule | undefined, caller: Caller): Verdict | Promise<Verdict> {
     if (!active) return GO
     const scope = rule?.id ?? UPSTREAM_SCOPE
     const limits = rule?.limits ?? NO_LIMITS
     const first = take(scope, limits)
-    if (!(first instanceof Promise)) return first.kind === 'ok' ? GO : settle(scope, limits, first, onGone)
-    return first.then((result) => result.kind === 'ok' ? GO : settle(scope, limits, result, onGone))
+    if (!(first instanceof Promise)) return first.kind === 'ok' ? GO : settle(scope, limits, first, caller)
+    return first.then((result) => result.kind === 'ok' ? GO : settle(scope, limits, result, caller))
   }
 
   /**

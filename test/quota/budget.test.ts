@@ -93,3 +93,13 @@ t.test('the first matching rule wins; percent-encoded unreserved characters cann
   t.equal((await s.call('/v2/store/products/Catalog', 'case')).status, 200, 'literal segments are case-sensitive')
   t.equal(s.upstream.received.length, 2)
 })
+
+t.test('a replay after a 401 is a second send: it spends a second point', async (t) => {
+  const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 2/1m', RATE_LIMIT_MAX_WAIT_MS: '0' })
+  s.upstream.plan('revoked', { kind: 'unauthorized', answer: { status: 200, headers: [], body: Buffer.from('ok'), framing: 'length' } })
+  t.equal((await s.call('/v2/store/x', 'revoked')).status, 200)
+  t.equal(s.upstream.seen('revoked').length, 2, 'sent twice: the 401, then the replay')
+  const next = await s.call('/v2/store/y', 'next')
+  t.equal(next.status, 429, 'both points of 2/1m are spent')
+  t.same(s.upstream.seen('next'), [])
+})
