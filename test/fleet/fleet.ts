@@ -91,9 +91,7 @@ export async function startFleet (t: Test, count: number, env: Record<string, st
   const tokenEndpoint = await startRecordingTokenEndpoint(t)
   const upstream = await startArrivalUpstream(t)
   const names = ['A', 'B', 'C', 'D', 'E'].slice(0, count)
-  // One at a time: three Node processes starting at once on two shared cores is slow.
-  const sidecars: Sidecar[] = []
-  for (const name of names) sidecars.push(await startSidecar(t, name, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ...env }))
+  const sidecars = await Promise.all(names.map(async (name) => await startSidecar(t, name, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ...env })))
   return { tokenEndpoint, upstream, sidecars }
 }
 
