@@ -1,0 +1,79 @@
+// Issue 14, section 3: Redis slower than RATE_LIMIT_REDIS_TIMEOUT_MS never fails a caller.
+// Redis is frozen (SIGSTOP: it holds its connections and answers nothing, the hang a
+// network partition gives) under load: callers get honest answers without waiting much
+// longer than the timeout, each sidecar falls back to memory and says so once; thawed
+// (SIGCONT), each returns to Redis, said once.
+import { createConnection } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import { startRedis } from '../helpers/redis.js'
+import { dishonesty, eventually, hammer, startFleet, statusOf, type Sidecar } from './fleet.js'
+
+const RULE = '* /v2/store/**'
+const REDIS_TIMEOUT_MS = 200
+/** How much longer than the Redis timeout a caller may wait, on two loaded shared cores. */
+const SLACK_MS = 2000
+
+t.setTimeout(120_000)
+
+/** The redis-server's process id, from its own INFO. */
+async function redisPid (port: number): Promise<number> {
+  const socket = createConnection({ host: '127.0.0.1', port })
+  socket.setEncoding('utf8')
+  socket.write('INFO server\r\n')
+  let text = ''
+  for await (const chunk of socket) {
+    text += chunk as string
+    const match = /process_id:(\d+)/.exec(text)
+    if (match !== null) { socket.destroy(); return Number(match[1]) }
+  }
+  throw new Error(`no process_id in INFO: ${text}`)
+}
+
+function redisLines (s: Sidecar): Array<{ level: number, msg: string }> {
+  return s.logs().filter((e) => /redis/i.test(JSON.stringify({ msg: e.msg, backend: e.backend })) && e.req === undefined && e.res === undefined)
+    .map((e) => ({ level: Number(e.level), msg: String(e.msg) }))
+}
+
+t.test('Redis frozen under load, then thawed: no caller fails or waits long; fallback and return said once', async (t) => {
+  const redis = await startRedis(t)
+  const pid = await redisPid(redis.port)
+  t.teardown(() => { try { process.kill(pid, 'SIGCONT') } catch {} })
+  const { sidecars } = await startFleet(t, 2, {
+    RATE_LIMITS: `${RULE} 10/1s`, RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_REDIS_TIMEOUT_MS: String(REDIS_TIMEOUT_MS), ACCESS_LOG: 'false'
+  })
+  for (const s of sidecars) await eventually(`sidecar ${s.name} on redis`, async () => (await statusOf(s)).rateLimits?.backend, (b) => b === 'redis')
+  const linesBefore = sidecars.map((s) => redisLines(s).length)
+
+  const load = hammer(sidecars, '/v2/store/orders', { perSidecar: 2, pauseMs: 50 })
+  await sleep(800)
+  process.kill(pid, 'SIGSTOP')
+  const frozenAt = performance.now()
+  for (const s of sidecars) {
+    const status = await eventually(`sidecar ${s.name} falls back to memory`, async () => (await statusOf(s)).rateLimits, (r) => r?.backend === 'memory')
+    t.equal(status?.redis?.up, false, `sidecar ${s.name}: /status says Redis is not answering`)
+  }
+  await sleep(Math.max(0, frozenAt + 2500 - performance.now()))
+  process.kill(pid, 'SIGCONT')
+  const thawedAt = performance.now()
+  for (const s of sidecars) {
+    await eventually(`sidecar ${s.name} returns to redis`, async () => (await statusOf(s)).rateLimits, (r) => r?.backend === 'redis' && r.redis?.up === true, 30_000)
+  }
+  await sleep(800)
+  await load.stop()
+
+  const seen = load.seen
+  const dishonest = seen.map((s) => ({ via: s.via, why: dishonesty(s, { rule: RULE, reason: 'budget', maxRetryAfterS: 1 }) })).filter((d) => d.why !== undefined)
+  t.same(dishonest.slice(0, 5), [], `every caller got the upstream's 200 or an honest local 429 (${dishonest.length} of ${seen.length} not)`)
+  const frozen = seen.filter((s) => s.sentAt >= frozenAt && s.sentAt < thawedAt)
+  t.ok(frozen.length > 0 && frozen.some((s) => s.status === 200), `callers were served while Redis was frozen (${frozen.length})`)
+  const slow = seen.filter((s) => s.doneAt - s.sentAt > REDIS_TIMEOUT_MS + SLACK_MS).map((s) => Math.round(s.doneAt - s.sentAt))
+  t.same(slow, [], `no caller waited much longer than RATE_LIMIT_REDIS_TIMEOUT_MS (${REDIS_TIMEOUT_MS} ms + ${SLACK_MS} ms)`)
+  for (const [i, s] of sidecars.entries()) {
+    const lines = redisLines(s).slice(linesBefore[i])
+    t.equal(lines.filter((l) => l.level === 40).length, 1, `sidecar ${s.name}: the fallback logged once, as a warning`, { lines })
+    const afterWarn = lines.slice(lines.findIndex((l) => l.level === 40) + 1)
+    t.equal(afterWarn.filter((l) => l.level === 30).length, 1, `sidecar ${s.name}: the return logged once (info)`, { lines })
+    t.same(lines.filter((l) => l.level >= 50), [], `sidecar ${s.name}: no ERROR line about Redis`)
+  }
+})
