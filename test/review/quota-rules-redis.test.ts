@@ -1,0 +1,53 @@
+// Outside review of the quota guard (issue 14): rules that mean something other than they
+// say, and a cool-down lost when Redis comes back. Failing tests are findings.
+import { setTimeout as sleep } from 'node:timers/promises'
+import t, { type Test } from 'tap'
+import { startRedis } from '../helpers/redis.js'
+import { answer, quotaSidecar, type QuotaSidecar } from '../quota/sidecar.js'
+import { parseRules } from '../../src/quota/rules.js'
+
+t.test('FINDING: a limit written twice in a rule is charged twice per send (2/1m 2/1m allows 1)', async (t) => {
+  const s = await quotaSidecar(t, { RATE_LIMITS: 'GET /v2/store/x 2/1m 2/1m', RATE_LIMIT_MAX_WAIT_MS: '0' })
+  t.equal((await s.call('/v2/store/x', 'a')).status, 200)
+  t.equal((await s.call('/v2/store/x', 'b')).status, 200, 'the rule says 2 per minute')
+})
+
+t.test('FINDING: a percent-encoded unreserved character in a rule\'s PATH makes the rule match nothing', async (t) => {
+  // Requests are matched after decoding %7E to ~ (README), the pattern is not: a~b never equals a%7Eb.
+  const s = await quotaSidecar(t, { RATE_LIMITS: 'GET /v2/store/a%7Eb 1/1d', RATE_LIMIT_MAX_WAIT_MS: '0' })
+  t.equal((await s.call('/v2/store/a%7Eb', 'a')).status, 200)
+  await s.call('/v2/store/a%7Eb', 'b')
+  t.same(s.upstream.seen('b'), [], 'the second call of a 1/1d rule must not reach TI')
+})
+
+t.test('FINDING (low): a rule shadowed by an earlier, broader rule is accepted silently', async (t) => {
+  // The parser rejects an exact repeat because "this one would never apply"; a shadowed one never applies either.
+  const { problems } = parseRules('* /v2/store/** 5/1s; GET /v2/store/products/catalog 1/4h 6/1d', 'RATE_LIMITS')
+  t.equal(problems.length, 1, 'the catalog rule can never apply: reported')
+})
+
+async function eventually (t: Test, what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (await check()) return
+    await sleep(50)
+  }
+  t.fail(`${what}: not within ${timeoutMs} ms`)
+}
+const backendOf = async (s: QuotaSidecar): Promise<string> => ((await s.status()).rateLimits as { backend: string }).backend
+
+t.test('FINDING: a cool-down begun while Redis was down ends early when Redis comes back', async (t) => {
+  const redis = await startRedis(t)
+  const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 1000/1m' }, { redisUrl: redis.url, systemClock: true })
+  t.equal((await s.call('/v2/store/a', 'before')).status, 200)
+  await redis.stop()
+  t.equal((await s.call('/v2/store/a', 'down')).status, 200)
+  await eventually(t, 'on memory', async () => (await backendOf(s)) === 'memory')
+  s.upstream.plan('limited', { kind: 'answer', answer: answer(429, [['Retry-After', '120']], '') })
+  t.equal((await s.call('/v2/store/a', 'limited')).status, 429)
+  t.equal((await s.call('/v2/store/a', 'cooled')).status, 429, 'cooling down in memory')
+  await redis.start()
+  await eventually(t, 'back on Redis', async () => (await backendOf(s)) === 'redis')
+  await s.call('/v2/store/a', 'after')
+  t.same(s.upstream.seen('after'), [], 'TI was told to wait 120 s: it must see nothing for them')
+})
