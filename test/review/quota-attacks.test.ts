@@ -79,3 +79,13 @@ t.test('HOLDS: a 401 replay during a cool-down is refused locally, not sent', as
   t.equal(seen.status, 429)
   t.same(s.upstream.seen('revoked'), [], 'cool-down: nothing at all is sent')
 })
+
+t.test('HOLDS: 40 concurrent callers against 5/1m in memory: exactly 5 reach TI, the rest get 429 with Retry-After', async (t) => {
+  const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 5/1m', RATE_LIMIT_MAX_WAIT_MS: '0' })
+  const seen = await Promise.all(Array.from({ length: 40 }, (_, i) => s.call(`/v2/store/${i}`, `c${i}`, i % 2 === 0 ? 'GET' : 'POST')))
+  t.equal(seen.filter((x) => x.status === 200).length, 5)
+  t.equal(s.upstream.received.length, 5)
+  const refused = seen.filter((x) => x.status === 429)
+  t.equal(refused.length, 35)
+  t.ok(refused.every((x) => x.headers['retry-after'] === '60'), 'Retry-After 60 on every refusal')
+})
