@@ -258,7 +258,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
           replay(request, reply, answer)
           return
         }
-        if (isRateLimitFault(answer.body)) quota.rateLimitAnswer(rule, answer.headers['retry-after'])
+        if (isRateLimitFault(answer.body, answer.headers['content-encoding'])) quota.rateLimitAnswer(rule, answer.headers['retry-after'])
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
         reply.hijack()

@@ -108,6 +108,15 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
     setRedisUp(true)
     if (backend === 'redis' || closed) return
     useBackend('redis')
+    // Cool-downs begun while Redis was away go to Redis, so the whole fleet keeps them.
+    if (redis !== undefined) {
+      const now = clock.now()
+      for (const [scope, cooldown] of known) {
+        const leftMs = cooldown.endsAt - now
+        if (leftMs <= 0) continue
+        redis.coolDown(scope, { retryAfterMs: leftMs, baseMs: cooldownMs, maxMs: cooldownMaxMs }).catch(fallBack)
+      }
+    }
     if (fellBack) log.info({ redis: redis?.displayUrl }, 'rate-limit redis answers again: budgets and cool-downs are shared')
     else log.info({ redis: redis?.displayUrl }, 'rate-limit budgets and cool-downs are shared in redis')
     fellBack = false
@@ -138,8 +147,14 @@ export function createQuotaGuard ({ config, clock, log, metrics, redis }: GuardO
     return memory.take(scope, limits)
   }
 
-  const take = (scope: string, limits: readonly Limit[]): Take | Promise<Take> =>
-    backend === 'memory' ? memory.take(scope, limits) : takeShared(scope, limits)
+  function take (scope: string, limits: readonly Limit[]): Take | Promise<Take> {
+    if (backend === 'memory') return memory.take(scope, limits)
+    // A cool-down this sidecar holds in memory (begun while Redis was away, or not yet
+    // written there) stands even when Redis does not know it.
+    const localEnd = memory.cooldownEnd(scope)
+    if (localEnd !== undefined) return { kind: 'cooldown', ms: localEnd - clock.now() }
+    return takeShared(scope, limits)
+  }
 
   /** Waits `ms` unless the caller leaves first; true when it left. */
   function sleep (ms: number, caller: Caller): Promise<boolean> {

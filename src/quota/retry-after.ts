@@ -1,4 +1,5 @@
 // What a gateway's rate-limit answer says, and the Retry-After the sidecar sends. Pure.
+import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib'
 
 /** Apigee's error codes for SpikeArrest and Quota violations start with this. */
 export const RATE_LIMIT_ERRORCODE_PREFIX = 'policies.ratelimit.'
@@ -28,16 +29,35 @@ export function retryAfterSeconds (ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
 }
 
+/** A decoded fault is JSON of a few hundred bytes: more than this is not one. */
+const MAX_DECODED_BYTES = 1024 * 1024
+
+/** The body as sent, decoded from its Content-Encoding (gzip, deflate, br); undefined if it cannot be. */
+function decoded (body: Buffer, contentEncoding: string | string[] | undefined): Buffer | undefined {
+  const coding = (Array.isArray(contentEncoding) ? contentEncoding.join(',') : contentEncoding ?? '').trim().toLowerCase()
+  const options = { maxOutputLength: MAX_DECODED_BYTES }
+  try {
+    if (coding === '' || coding === 'identity') return body
+    if (coding === 'gzip' || coding === 'x-gzip') return gunzipSync(body, options)
+    if (coding === 'deflate') return inflateSync(body, options)
+    if (coding === 'br') return brotliDecompressSync(body, options)
+  } catch {}
+  return undefined
+}
+
 /**
  * Whether a 500's body is Apigee's rate-limit fault (older gateways answer a
  * SpikeArrest or Quota violation with 500):
- * `{"fault":{"detail":{"errorcode":"policies.ratelimit.QuotaViolation"}}}`.
+ * `{"fault":{"detail":{"errorcode":"policies.ratelimit.QuotaViolation"}}}`, also when the
+ * gateway compressed it (the caller still gets the bytes as they came).
  */
-export function isRateLimitFault (body: Buffer): boolean {
-  if (body.length === 0 || !body.includes(RATE_LIMIT_ERRORCODE_PREFIX)) return false
+export function isRateLimitFault (body: Buffer, contentEncoding?: string | string[]): boolean {
+  if (body.length === 0) return false
+  const text = decoded(body, contentEncoding)
+  if (text === undefined || !text.includes(RATE_LIMIT_ERRORCODE_PREFIX)) return false
   let parsed: unknown
   try {
-    parsed = JSON.parse(body.toString('utf8'))
+    parsed = JSON.parse(text.toString('utf8'))
   } catch {
     return false
   }

@@ -43,7 +43,9 @@ export function parseLimit (text: string): Limit | string {
 function parsePattern (path: string): readonly string[] | string {
   if (!path.startsWith('/')) return `path "${path}" must start with /`
   if (path.includes('?') || path.includes('#')) return `path "${path}" must not contain ? or #`
-  const segments = path.slice(1).split('/')
+  // Normalised exactly as request paths are (matchSegments), so a rule written with %7E,
+  // a trailing / or // means what a request written that way means.
+  const segments = matchSegments(path)
   for (let i = 0; i < segments.length; i++) {
     const segment = segments[i] ?? ''
     if (segment === '**' && i !== segments.length - 1) return `path "${path}": ** may only be the last segment`
@@ -85,10 +87,17 @@ export function parseRules (text: string, source: string): ParsedRules {
     for (const limitText of limitTexts) {
       const limit = parseLimit(limitText)
       if (typeof limit === 'string') own.push(limit)
+      else if (limits.some((l) => l.text === limit.text)) own.push(`repeats the limit ${limit.text}`)
       else limits.push(limit)
     }
     const id = `${method} ${path}`
     if (own.length === 0 && seen.has(id)) own.push(`repeats the rule ${id} (the first matching rule wins: this one would never apply)`)
+    if (own.length === 0 && typeof segments !== 'string') {
+      const hiding = rules.find((earlier) => covers(earlier, method, segments))
+      if (hiding !== undefined && !seen.has(id)) {
+        own.push(`is hidden by the earlier rule ${hiding.id}: every request it matches matches that one first, so this one would never apply (put the narrower rule first)`)
+      }
+    }
     if (own.length > 0 || typeof segments === 'string') {
       problems.push(...own.map((p) => `${where}: ${p}`))
       continue
@@ -103,18 +112,48 @@ export function parseRules (text: string, source: string): ParsedRules {
 const UNRESERVED = /^[A-Za-z0-9\-._~]$/
 
 /**
- * The path of a request target (before `?`) with percent-encoded unreserved characters
- * decoded (RFC 3986 §6.2.2.2), so that `/v2/store/products/%63atalog` matches the
- * catalog rule. Only for matching: what is forwarded is never changed.
+ * The path of a request target (before `?`) as it is matched, never as it is forwarded:
+ * percent-encoded unreserved characters and `%2F` decoded (so `/v2/store/products/%63atalog`
+ * and `/v2/store/products%2Fcatalog` are the catalog), split on `/`, each segment without
+ * its `;parameters`, and empty segments dropped (so a trailing `/` or a `//` changes
+ * nothing). A quota guard errs on the side of counting: many servers treat all of these
+ * as the same resource, and a request wrongly counted costs less than a quota overrun.
  */
-export function matchPath (target: string): string {
+export function matchSegments (target: string): string[] {
   const queryAt = target.indexOf('?')
-  const path = queryAt === -1 ? target : target.slice(0, queryAt)
-  if (!path.includes('%')) return path
-  return path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
-    const c = String.fromCharCode(parseInt(hex, 16))
-    return UNRESERVED.test(c) ? c : escape
-  })
+  let path = queryAt === -1 ? target : target.slice(0, queryAt)
+  if (path.includes('%')) {
+    path = path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+      const c = String.fromCharCode(parseInt(hex, 16))
+      return UNRESERVED.test(c) || c === '/' ? c : escape
+    })
+  }
+  const segments: string[] = []
+  for (const raw of path.split('/')) {
+    const paramsAt = raw.indexOf(';')
+    const segment = paramsAt === -1 ? raw : raw.slice(0, paramsAt)
+    if (segment !== '') segments.push(segment)
+  }
+  return segments
+}
+
+/** Whether a rule's method applies to a request's: `*` to any, `GET` to `HEAD` too (the gateway counts both). */
+function methodMatches (ruleMethod: string, method: string): boolean {
+  return ruleMethod === '*' || ruleMethod === method || (ruleMethod === 'GET' && method === 'HEAD')
+}
+
+/** Whether every request `method` + `segments` (a later rule's pattern) could match is matched by `earlier`. */
+function covers (earlier: Rule, method: string, segments: readonly string[]): boolean {
+  if (!methodMatches(earlier.method, method)) return false
+  const pattern = earlier.segments
+  for (let i = 0; i < pattern.length; i++) {
+    const p = pattern[i]
+    if (p === '**') return true
+    const s = segments[i]
+    if (s === undefined || s === '**') return false
+    if (p !== '*' && (s === '*' || p !== s)) return false
+  }
+  return segments.length === pattern.length
 }
 
 function segmentsMatch (pattern: readonly string[], segments: readonly string[]): boolean {
@@ -132,9 +171,9 @@ function segmentsMatch (pattern: readonly string[], segments: readonly string[])
 /** The first rule (in the order given) that matches the request, or undefined. */
 export function matchRule (rules: readonly Rule[], method: string, target: string): Rule | undefined {
   if (rules.length === 0) return undefined
-  const segments = matchPath(target).slice(1).split('/')
+  const segments = matchSegments(target)
   for (const rule of rules) {
-    if ((rule.method === '*' || rule.method === method) && segmentsMatch(rule.segments, segments)) return rule
+    if (methodMatches(rule.method, method) && segmentsMatch(rule.segments, segments)) return rule
   }
   return undefined
 }

@@ -1,7 +1,7 @@
 // RATE_LIMITS syntax and matching (issue 14 §2), table-driven, and their configuration errors.
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config.js'
-import { matchPath, matchRule, parseLimit, parseRules } from '../../src/quota/rules.js'
+import { matchRule, matchSegments, parseLimit, parseRules } from '../../src/quota/rules.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
 const noFiles = (path: string): string => { throw Object.assign(new Error(`no file ${path}`), { code: 'ENOENT' }) }
@@ -31,10 +31,10 @@ t.test('rules: separated by ; or newlines, # comments, blank lines; ids as writt
   const { rules, problems } = parseRules(`
     # the catalog: TI's published limits
     GET /v2/store/products/catalog 1/4h 6/1d
-    * /v2/store/** 5/1s ; POST /v2/store/orders/*/cancel 1/m   # trailing comment
+    POST /v2/store/orders/*/cancel 1/m ; * /v2/store/** 5/1s   # trailing comment
   `, 'RATE_LIMITS')
   t.same(problems, [])
-  t.same(rules.map((r) => r.id), ['GET /v2/store/products/catalog', '* /v2/store/**', 'POST /v2/store/orders/*/cancel'])
+  t.same(rules.map((r) => r.id), ['GET /v2/store/products/catalog', 'POST /v2/store/orders/*/cancel', '* /v2/store/**'])
   t.same(rules[0]?.limits.map((l) => l.text), ['1/4h', '6/1d'])
 })
 
@@ -60,8 +60,12 @@ t.test('matching: literal segments, * one non-empty segment, ** zero or more at 
     ['GET', '/v2/store/products/catalog?currency=USD', 'GET /v2/store/products/catalog'],
     ['GET', '/v2/store/products/%63atalog', 'GET /v2/store/products/catalog'],
     ['GET', '/v2/store/products/%63%41talog', '* /v2/store/**'],
-    ['HEAD', '/v2/store/products/catalog', '* /v2/store/**'],
-    ['GET', '/v2/store/products/catalog/', '* /v2/store/**'],
+    ['HEAD', '/v2/store/products/catalog', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products/catalog/', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store//products/catalog', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products/catalog;v=1', 'GET /v2/store/products/catalog'],
+    ['GET', '/v2/store/products%2Fcatalog', 'GET /v2/store/products/catalog'],
+    ['POST', '/v2/store/products/catalog', '* /v2/store/**'],
     ['GET', '/v2/store/products/Catalog', '* /v2/store/**'],
     ['PUT', '/v2/store/orders/42/lines', '* /v2/store/orders/*/lines'],
     ['PUT', '/v2/store/orders//lines', '* /v2/store/**'],
@@ -70,16 +74,36 @@ t.test('matching: literal segments, * one non-empty segment, ** zero or more at 
     ['GET', '/v2/store', '* /v2/store/**'],
     ['GET', '/v2/storefront', undefined],
     ['GET', '/v1/store/products/catalog', undefined],
-    ['GET', '/v2/store%2Fproducts', undefined]
+    ['GET', '/v2/store%2Fproducts', '* /v2/store/**'],
+    ['GET', '/v2/stor%65', '* /v2/store/**']
   ]
   for (const [method, target, id] of cases) t.equal(matchRule(rules, method, target)?.id, id, `${method} ${target}`)
   t.equal(matchRule([], 'GET', '/v2/store/x'), undefined)
 })
 
-t.test('matchPath decodes only unreserved characters (RFC 3986 §6.2.2.2)', async (t) => {
-  t.equal(matchPath('/a%2Db%5F%7E%2E?q=%63'), '/a-b_~.')
-  t.equal(matchPath('/a%2Fb%20c%25'), '/a%2Fb%20c%25')
-  t.equal(matchPath('/%e2%82%ac'), '/%e2%82%ac')
+t.test('matchSegments: unreserved characters and %2F decoded, ;parameters and empty segments dropped', async (t) => {
+  t.same(matchSegments('/a%2Db%5F%7E%2E?q=%63'), ['a-b_~.'])
+  t.same(matchSegments('/a%2Fb%20c%25'), ['a', 'b%20c%25'])
+  t.same(matchSegments('/%e2%82%ac'), ['%e2%82%ac'])
+  t.same(matchSegments('//a///b/;x/c;y=1/'), ['a', 'b', 'c'])
+  t.same(matchSegments('/'), [])
+})
+
+t.test('rules that could never apply, or mean less than they say, are refused', async (t) => {
+  const { rules, problems } = parseRules(
+    '* /v2/store/** 5/1s; GET /v2/store/products/catalog 1/4h; GET /v2/** 1/s; HEAD /v2/x 1/s; GET /v2/y 2/1m 2/1m', 'RATE_LIMITS')
+  t.same(rules.map((r) => r.id), ['* /v2/store/**', 'GET /v2/**'])
+  t.match(problems, [
+    /^RATE_LIMITS: rule 2 "GET \/v2\/store\/products\/catalog 1\/4h": is hidden by the earlier rule \* \/v2\/store\/\*\*/,
+    /^RATE_LIMITS: rule 4 "HEAD \/v2\/x 1\/s": is hidden by the earlier rule GET \/v2\/\*\*/,
+    /^RATE_LIMITS: rule 5 "GET \/v2\/y 2\/1m 2\/1m": repeats the limit 2\/1m$/
+  ])
+  // A narrower rule first, then the broader one: both apply.
+  t.same(parseRules('GET /v2/store/products/catalog 1/4h; * /v2/store/** 5/1s; GET /v2/store/orders/* 1/s', 'R').problems.length, 1)
+  t.same(parseRules('GET /v2/store/products/catalog 1/4h; * /v2/store/** 5/1s', 'R').problems, [])
+  // A pattern is normalised as requests are: a%7Eb is a~b, a trailing / changes nothing.
+  const [tilde] = parseRules('GET /v2/a%7Eb/ 1/s', 'R').rules
+  t.equal(matchRule(tilde === undefined ? [] : [tilde], 'GET', '/v2/a~b')?.id, 'GET /v2/a%7Eb/')
 })
 
 t.test('configuration: rule errors among every other problem; both sources is an error; files', async (t) => {

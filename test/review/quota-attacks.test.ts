@@ -1,5 +1,5 @@
-// Outside review of the quota guard (issue 14): attacks on its promises. Tests that fail
-// expose a finding (see the review report); passing ones prove a promise the suite lacked.
+// Outside review of the quota guard (issue 14): attacks on its promises, written by a
+// reviewer who did not write the guard. The `review:` cases failed before their fixes.
 import t from 'tap'
 import { gzipSync } from 'node:zlib'
 import { request } from 'undici'
@@ -9,7 +9,7 @@ import { answer, quotaSidecar, SPIKE_ARREST_BODY } from '../quota/sidecar.js'
 const CATALOG = '/v2/store/products/catalog'
 const CATALOG_RULE = `GET ${CATALOG} 1/4h 6/1d`
 
-t.test('FINDING: HEAD on the catalog reaches TI although the catalog budget is spent', async (t) => {
+t.test('review: HEAD counts against a GET rule (it once reached TI with the catalog budget spent)', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMITS: CATALOG_RULE, RATE_LIMIT_MAX_WAIT_MS: '0' })
   t.equal((await s.call(CATALOG, 'a')).status, 200)
   t.equal((await s.call(CATALOG, 'b')).status, 429, 'GET: refused locally')
@@ -18,7 +18,7 @@ t.test('FINDING: HEAD on the catalog reaches TI although the catalog budget is s
   t.equal(head.status, 429)
 })
 
-t.test('FINDING (documented limitation): trailing / and an empty segment slip past the catalog rule', async (t) => {
+t.test('review: a trailing /, an empty segment or ;parameters do not slip past the catalog rule', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMITS: CATALOG_RULE, RATE_LIMIT_MAX_WAIT_MS: '0' })
   t.equal((await s.call(CATALOG, 'a')).status, 200)
   for (const [id, path] of [['slash', `${CATALOG}/`], ['empty', '/v2/store//products/catalog'], ['matrix', `${CATALOG};v=1`]] as const) {
@@ -27,7 +27,7 @@ t.test('FINDING (documented limitation): trailing / and an empty segment slip pa
   }
 })
 
-t.test('FINDING: a gzip-encoded Apigee 500 rate-limit fault starts no cool-down', async (t) => {
+t.test('review: a gzip-encoded Apigee 500 rate-limit fault starts a cool-down, and is passed on as it came', async (t) => {
   const s = await quotaSidecar(t, {})
   const gz = gzipSync(Buffer.from(SPIKE_ARREST_BODY))
   s.upstream.plan('gz', {
@@ -42,7 +42,7 @@ t.test('FINDING: a gzip-encoded Apigee 500 rate-limit fault starts no cool-down'
   t.equal(next.status, 429)
 })
 
-t.test('HOLDS: Retry-After 0, negative, fractional or a past HTTP-date falls back to the backoff (and it ends)', async (t) => {
+t.test('review holds: Retry-After 0, negative, fractional or a past HTTP-date falls back to the backoff (and it ends)', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMIT_COOLDOWN_MS: '2000', RATE_LIMIT_COOLDOWN_MAX_MS: '60000' })
   let n = 0
   for (const value of ['0', '-5', '1.5', 'Sun, 06 Nov 1994 08:49:37 GMT']) {
@@ -59,7 +59,7 @@ t.test('HOLDS: Retry-After 0, negative, fractional or a past HTTP-date falls bac
   }
 })
 
-t.test('HOLDS: two Retry-After headers on a 429: a cool-down, capped, never 0', async (t) => {
+t.test('review holds: two Retry-After headers on a 429: a cool-down, capped, never 0', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMIT_COOLDOWN_MAX_MS: '60000' })
   s.upstream.plan('two', { kind: 'answer', answer: answer(429, [['Retry-After', '7'], ['Retry-After', '999999999']], '') })
   t.equal((await s.call('/v2/store/x', 'two')).status, 429)
@@ -70,7 +70,7 @@ t.test('HOLDS: two Retry-After headers on a 429: a cool-down, capped, never 0', 
   t.same(s.upstream.seen('cooled'), [])
 })
 
-t.test('HOLDS: a 401 replay during a cool-down is refused locally, not sent', async (t) => {
+t.test('review holds: a 401 replay during a cool-down is refused locally, not sent', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 100/1m' })
   s.upstream.plan('limited', { kind: 'answer', answer: answer(429, [['Retry-After', '30']], '') })
   t.equal((await s.call('/v2/store/a', 'limited')).status, 429)
@@ -80,7 +80,7 @@ t.test('HOLDS: a 401 replay during a cool-down is refused locally, not sent', as
   t.same(s.upstream.seen('revoked'), [], 'cool-down: nothing at all is sent')
 })
 
-t.test('HOLDS: 40 concurrent callers against 5/1m in memory: exactly 5 reach TI, the rest get 429 with Retry-After', async (t) => {
+t.test('review holds: 40 concurrent callers against 5/1m in memory: exactly 5 reach TI, the rest get 429 with Retry-After', async (t) => {
   const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 5/1m', RATE_LIMIT_MAX_WAIT_MS: '0' })
   const seen = await Promise.all(Array.from({ length: 40 }, (_, i) => s.call(`/v2/store/${i}`, `c${i}`, i % 2 === 0 ? 'GET' : 'POST')))
   t.equal(seen.filter((x) => x.status === 200).length, 5)
