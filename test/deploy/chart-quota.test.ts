@@ -188,7 +188,7 @@ t.test('values.schema.json refuses what the sidecar would refuse at start, namin
   ]
   for (const [what, args, message] of numbers) t.match(refusal([...example, ...args]), message, `rejects ${what}`)
   // What the schema accepts, the sidecar's parser accepts too.
-  const accepted = ['* /v2/store/** 5/1s 100/m', 'POST /v2/store/orders/*/items 10/500ms', 'GET / 1/d', 'PURGE /x/** 3/24h']
+  const accepted = ['POST /v2/store/orders/*/items 10/500ms', '* /v2/store/** 5/1s 100/m', 'GET / 1/d', 'PURGE /x/** 3/24h']
   await render([...example, ...rules(accepted)])
   t.same(parseRules(accepted.join('\n'), 'RATE_LIMITS').problems, [])
 })
