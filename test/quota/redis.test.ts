@@ -1,7 +1,6 @@
 // Budgets and cool-downs shared in a real Redis (issue 14 §3), and the fallback to memory
 // when it is killed or slow: no caller ever sees an error, and it is said once each way.
 import { createHash } from 'node:crypto'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
@@ -9,7 +8,7 @@ import { CLIENT_ID, startStandIn } from '../helpers/build.js'
 import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
 import { startRecordingUpstream } from '../helpers/recording-upstream.js'
 import { startRedis, type RedisServer } from '../helpers/redis.js'
-import { answer, quotaSidecar, type QuotaSidecar } from './sidecar.js'
+import { answer, backendOf, eventually, quotaSidecar } from './sidecar.js'
 
 const RULE = '* /v2/store/**'
 
@@ -30,17 +29,6 @@ async function fleet (t: Test, env: Record<string, string>, redisUrl: string) {
   const b = await quotaSidecar(t, env, options)
   return { a, b, upstream, authUrl: standIn.url }
 }
-
-async function eventually (t: Test, what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await sleep(50)
-  }
-  t.fail(`${what}: not within ${timeoutMs} ms`)
-}
-
-const backendOf = async (s: QuotaSidecar): Promise<string> => ((await s.status()).rateLimits as { backend: string }).backend
 
 t.test('two sidecars on one credential share one budget, under concurrent load', async (t) => {
   const redis = await startRedis(t)

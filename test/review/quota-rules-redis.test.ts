@@ -1,9 +1,8 @@
 // Outside review of the quota guard (issue 14): rules that meant something other than they
 // said, and a cool-down lost when Redis came back. Each failed before its fix.
-import { setTimeout as sleep } from 'node:timers/promises'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { startRedis } from '../helpers/redis.js'
-import { answer, quotaSidecar, type QuotaSidecar } from '../quota/sidecar.js'
+import { answer, backendOf, eventually, quotaSidecar } from '../quota/sidecar.js'
 import { parseRules } from '../../src/quota/rules.js'
 
 t.test('review: a limit written twice in a rule (once charged twice per send: 2/1m 2/1m allowed 1) is refused', async (t) => {
@@ -25,16 +24,6 @@ t.test('review: a rule shadowed by an earlier, broader rule is refused at start'
   const { problems } = parseRules('* /v2/store/** 5/1s; GET /v2/store/products/catalog 1/4h 6/1d', 'RATE_LIMITS')
   t.equal(problems.length, 1, 'the catalog rule can never apply: reported')
 })
-
-async function eventually (t: Test, what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await sleep(50)
-  }
-  t.fail(`${what}: not within ${timeoutMs} ms`)
-}
-const backendOf = async (s: QuotaSidecar): Promise<string> => ((await s.status()).rateLimits as { backend: string }).backend
 
 t.test('review: a cool-down begun while Redis was down holds when Redis comes back', async (t) => {
   const redis = await startRedis(t)
