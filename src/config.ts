@@ -86,6 +86,7 @@ const schema = {
     RATE_LIMIT_REDIS_URL: { type: 'string' },
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
+    RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
     ACCESS_LOG: { type: 'boolean', default: false },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
   }
@@ -124,6 +125,7 @@ interface RawEnv {
   RATE_LIMIT_REDIS_URL?: string
   RATE_LIMIT_REDIS_URL_FILE?: string
   RATE_LIMIT_REDIS_TIMEOUT_MS: number
+  RATE_LIMIT_FLEET_SIZE?: number
   ACCESS_LOG: boolean
   LOG_LEVEL: LogLevel
 }
@@ -144,8 +146,13 @@ export interface RateLimitConfig {
   readonly redisUrl: string | undefined
   /** Where the URL came from (RATE_LIMIT_REDIS_URL, or the file's path). */
   readonly redisUrlSource: string | undefined
-  /** A Redis command slower than this counts as a failure (fallback to memory). */
+  /** A Redis command slower than this counts as a failure (degraded mode). */
   readonly redisTimeoutMs: number
+  /**
+   * The most sidecars on this credential that run at once (RATE_LIMIT_FLEET_SIZE); 0 when
+   * unset (then learned through Redis). Cut off from Redis, a sidecar spends limit / size.
+   */
+  readonly fleetSize: number
 }
 
 /** Where a credential comes from: the environment, or a file re-read before each token request. */
@@ -348,7 +355,8 @@ function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile, probl
     cooldownMaxMs: raw.RATE_LIMIT_COOLDOWN_MAX_MS,
     redisUrl,
     redisUrlSource,
-    redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS
+    redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
+    fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0
   })
 }
 

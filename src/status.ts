@@ -46,6 +46,7 @@ export function configSummary (config: Config): ConfigSummary {
     // scheme://host:port only: the URL may carry a password.
     RATE_LIMIT_REDIS_URL: config.rateLimits.redisUrl === undefined ? '' : redisDisplayUrl(config.rateLimits.redisUrl),
     RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
+    RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
     ACCESS_LOG: config.accessLog,
     LOG_LEVEL: config.logLevel
   })

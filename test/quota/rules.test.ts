@@ -133,7 +133,8 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     cooldownMaxMs: 3_600_000,
     redisUrl: undefined,
     redisUrlSource: undefined,
-    redisTimeoutMs: 200
+    redisTimeoutMs: 200,
+    fleetSize: 0
   })
   const secret = 'Sup3rRedisPass'
   for (const [url, problem] of [
