@@ -50,7 +50,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
         : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
     }
     if (text !== undefined) {
-      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`)
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`, { fromFile: true })
       rules = parsed.rules
       problems.push(...parsed.problems)
       rulesSource = `RATE_LIMITS_FILE (${file})`

@@ -1,4 +1,4 @@
-// Budgets and cool-downs shared in a real Redis (issue 14 §3), and the fallback to memory
+// Budgets and cool-downs shared in a real Redis, and the fallback to memory
 // when it is killed or slow: no caller ever sees an error, and it is said once each way.
 import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
