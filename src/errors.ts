@@ -105,11 +105,17 @@ export interface ErrorAnswerOptions {
   readonly retryAfterSeconds?: number
 }
 
+/** The Retry-After an error made elsewhere carries with it (the token manager's 503 TOKEN_UNAVAILABLE). */
+function carriedRetryAfter (error: FastifyError): number | undefined {
+  const value: unknown = (error as FastifyError & { retryAfterSeconds?: unknown }).retryAfterSeconds
+  return typeof value === 'number' ? value : undefined
+}
+
 /** Writes one of the answers above, and counts it in store_auth_proxy_errors_total. */
 export function sendError (
   to: ErrorOutlet, error: FastifyError, metrics: Pick<Metrics, 'errors'>, options: ErrorAnswerOptions = {}
 ): void {
-  const retryAfter = options.retryAfterSeconds ?? (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
+  const retryAfter = options.retryAfterSeconds ?? carriedRetryAfter(error) ?? (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
   const status = error.statusCode ?? 500
   const body: ErrorBody = { error: error.code, message: error.message }
   metrics.errors.inc({ code: error.code })
