@@ -13,7 +13,8 @@ import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics
 import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
-import { readSecretFile } from './secret-file.js'
+import { readSecretFile, readSecretFileSync } from './secret-file.js'
+import { rereadRedisUrl } from './quota/settings.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
@@ -99,8 +100,13 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     const clientId = 'value' in config.clientId
       ? config.clientId.value
       : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
+    const urlFile = rateLimits.redisUrlFile
     const redis = createRedisStore({
-      url: rateLimits.redisUrl, timeoutMs: rateLimits.redisTimeoutMs, prefix: redisKeyPrefix(config.authUrl, clientId), clock: clock ?? systemClock
+      url: rateLimits.redisUrl,
+      timeoutMs: rateLimits.redisTimeoutMs,
+      prefix: redisKeyPrefix(config.authUrl, clientId),
+      clock: clock ?? systemClock,
+      ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
     })
     fleet = (onCooldown) => createFleetStore({
       redis,

@@ -149,6 +149,7 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     cooldownMaxMs: 3_600_000,
     redisUrl: undefined,
     redisUrlSource: undefined,
+    redisUrlFile: undefined,
     redisTimeoutMs: 200,
     fleetSize: 0
   })
