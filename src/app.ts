@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
@@ -19,6 +19,7 @@ import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
+import { pendingResponse } from './upstream-socket.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
@@ -162,7 +163,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP')
       // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
       // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
-      const res = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+      const res = pendingResponse(socket)
       if (res != null) {
         if (res.headersSent) {
           socket.destroy()
