@@ -131,8 +131,13 @@ export function createFleetStore (options: FleetStoreOptions) {
   /** Share of a limit this sidecar may spend on its own. */
   const shareOf = (limit: Limit): number => size <= 0 ? 0 : Math.floor(limit.count / size)
 
-  /** A take decided without Redis: the share, from one window after Redis last counted this sidecar present. */
+  /**
+   * A take decided without Redis: the share, from one window after Redis last counted this
+   * sidecar present. A refusal says to ask again within a heartbeat at most: Redis is probed
+   * that often and may answer by then (a fleet of one knows exactly: its ledger is the tally).
+   */
   function alone (scope: string, limits: readonly Limit[]): Take {
+    probeSoon()
     if (size === 1) {
       const wait = ledger.wait(scope, limits)
       return wait > 0 ? { kind: 'degraded', ms: wait } : admit(scope, limits)
@@ -140,13 +145,12 @@ export function createFleetStore (options: FleetStoreOptions) {
     const now = clock.now()
     let ms = 0
     for (const limit of limits) {
-      // Share 0 (or no fleet size known): nothing until Redis answers; ask again after a heartbeat.
+      // Share 0 (or no fleet size known): nothing until Redis answers.
       if (shareOf(limit) === 0) return { kind: 'degraded', ms: timing.heartbeatMs }
       ms = Math.max(ms, presenceBound + limit.windowMs - now)
     }
-    if (ms > 0) return { kind: 'degraded', ms }
-    const wait = ledger.wait(scope, limits, shareOf)
-    return wait > 0 ? { kind: 'degraded', ms: wait } : admit(scope, limits)
+    if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
+    return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(scope, limits)
   }
 
   function admit (scope: string, limits: readonly Limit[], id = nextId()): Take {
@@ -262,15 +266,36 @@ export function createFleetStore (options: FleetStoreOptions) {
           setState('degraded')
           await reassert()
           return
-        } else fallBack(new Error(`no answer within ${redisTimeoutMs} ms`))
+        }
+        // A late heartbeat changes nothing by itself: takes still go to Redis and are safe
+        // while it answers them in time (a busy node must not cost a window of refusals).
       } catch (err) {
-        fallBack(err)
+        // Likewise a timeout; a refused password or a lost connection is a change of state.
+        if (redisAuthProblem(err) !== undefined || !/timed out/i.test(redis.describe(err))) fallBack(err)
       }
-    } else if (await redis.ping()) {
-      await reassert()
+    } else if (await probe()) {
       return
     }
     schedule()
+  }
+
+  let probing: Promise<boolean> | undefined
+  /** Cut off: whether Redis answers a PING (no side effect) now; if it does, the ledger is told again. */
+  function probe (): Promise<boolean> {
+    probing ??= (async () => {
+      try {
+        if (!(await redis.ping())) return false
+        await reassert()
+        return true
+      } finally {
+        probing = undefined
+      }
+    })()
+    return probing
+  }
+  /** A request decided alone asks Redis at once whether it answers again (one probe at a time). */
+  function probeSoon (): void {
+    if (state !== 'shared' && !closed && reasserting === undefined) void probe()
   }
 
   function schedule (): void {

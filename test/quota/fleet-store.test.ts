@@ -115,8 +115,9 @@ t.test('degraded after a failure: nothing for one window after the last moment R
   const first = await take()
   t.equal(store.status().state, 'degraded')
   // The failed take was itself sent (and may run late in Redis, until its deadline): presence
-  // may last until then + timeout + TTL; one window (1 s) later the share may be spent.
-  t.match(first, { kind: 'degraded', ms: TIMEOUT_MS + TIMING.presenceTtlMs + 1000 })
+  // may last until then + timeout + TTL; one window (1 s) later the share may be spent. The
+  // refusal says to ask again after a heartbeat: Redis may answer by then.
+  t.match(first, { kind: 'degraded', ms: TIMING.heartbeatMs })
   await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000 - 1)
   t.match(await take(), { kind: 'degraded', ms: 1 })
   await c.tick(1)
@@ -218,4 +219,28 @@ t.test('a refused password is named, logged once per change, and shown', async (
   double.emit(false, wrongpass)
   t.match(store.status().problem, /^redis refused our credentials \(WRONGPASS\)/)
   t.equal(logs.filter((l) => /refused our credentials|unreachable/.test(String(l.msg)) || /WRONGPASS/.test(String(l.reason))).length, 1, 'once')
+})
+
+t.test('a late or failed heartbeat changes nothing by itself: takes still go to Redis while it answers them', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 4/1s')
+  const heartbeat = double.redis.heartbeat
+  double.redis.heartbeat = async () => { throw new Error('Command timed out') }
+  await c.tick(3 * TIMING.heartbeatMs)
+  t.equal(store.status().state, 'shared')
+  t.match(await take(), { kind: 'ok' })
+  double.redis.heartbeat = heartbeat
+})
+
+t.test('cut off, a request decided alone asks Redis at once: answering again, it is shared before the next heartbeat', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 4/1s')
+  double.state.up = false
+  await take()
+  t.equal(store.status().state, 'degraded')
+  double.state.up = true
+  const pings = double.calls.filter((call) => call === 'ping').length
+  t.match(await take(), { kind: 'degraded' }, 'this one is decided alone')
+  await c.tick(0)
+  t.equal(double.calls.filter((call) => call === 'ping').length, pings + 1, 'one PING, at once')
+  t.equal(store.status().state, 'shared')
+  t.match(await take(), { kind: 'ok' }, 'the next goes through Redis')
 })
