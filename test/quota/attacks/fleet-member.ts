@@ -58,10 +58,12 @@ function partitionable (real: RedisStore) {
   return { redis, state }
 }
 
-export async function member (t: Test, url: string, rule: Rule, fleetFloor: number, timing = TIMING): Promise<Member> {
+/** A member started (its store started); `cut`: cut off from Redis from the start. */
+export async function member (t: Test, url: string, rule: Rule, fleetFloor: number, { timing = TIMING, cut = false } = {}): Promise<Member> {
   const clock = fakeClock()
   const real = createRedisStore({ url, timeoutMs: TIMEOUT_MS, prefix: PREFIX, clock: clock.clock })
   const { redis, state } = partitionable(real)
+  state.cut = cut
   const store = createFleetStore({
     redis,
     clock: clock.clock,

@@ -24,7 +24,7 @@ t.test('a new sidecar on an emptied Redis does not spend what partitioned sideca
   await redis.stop()
   await redis.start()
 
-  const d = await member(t, redis.url, rule, 3, { ...TIMING, freshGraceMs: 3_000 })
+  const d = await member(t, redis.url, rule, 3, { timing: { ...TIMING, freshGraceMs: 3_000 } })
   await d.clock.tick(3_000) // the fresh grace: sidecars coming back could re-assert meanwhile
   sent += await sendMany(d, 4)
   t.ok(sent <= 4, `the fleet sent ${sent} in one window of 4/1h`)

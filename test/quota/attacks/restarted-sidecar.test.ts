@@ -1,0 +1,25 @@
+// Attack: a sidecar restarted while cut off from Redis spends its share at once ("Redis never
+// counted this sidecar present"), but its previous run was present and spent through Redis in
+// the open window. RATE_LIMIT_FLEET_SIZE=3, 6/1h: A, B, C present spend 2 each (6, the whole
+// budget, all in Redis, which keeps its data). A restarts; the new A cannot reach Redis (a
+// network partition). It spends floor(6/3) = 2 at once: 8 in the window. At most 3 sidecars
+// at once, clocks alike, Redis lost nothing: every assumption holds.
+import t from 'tap'
+import { startRedis } from '../../helpers/redis.js'
+import { member, ruleOf, sendMany } from './fleet-member.js'
+
+t.test('a sidecar restarted while cut off from Redis does not spend before its previous run\'s sends left the window', async (t) => {
+  const redis = await startRedis(t)
+  const rule = ruleOf('GET /p 6/1h')
+  const a = await member(t, redis.url, rule, 3)
+  const b = await member(t, redis.url, rule, 3)
+  const c = await member(t, redis.url, rule, 3)
+  let sent = await sendMany(a, 2) + await sendMany(b, 2) + await sendMany(c, 2)
+  t.equal(sent, 6, 'all three present: the whole budget through Redis')
+
+  await a.store.close() // A restarts (a crash, an OOM kill, a rollout of its pod)
+  const again = await member(t, redis.url, rule, 3, { cut: true })
+  t.equal(again.store.status().state, 'connecting', 'the new A never reached Redis')
+  sent += await sendMany(again, 2)
+  t.ok(sent <= 6, `the fleet sent ${sent} in one window of 6/1h`)
+})
