@@ -93,6 +93,13 @@ export async function member (t: Test, url: string, rule: Rule, fleetFloor: numb
   }
 }
 
+/** Members started one after the other, all with the same RATE_LIMIT_FLEET_SIZE. */
+export async function fleetOf (t: Test, url: string, rule: Rule, fleetFloor: number, count: number): Promise<Member[]> {
+  const members: Member[] = []
+  for (let i = 0; i < count; i++) members.push(await member(t, url, rule, fleetFloor))
+  return members
+}
+
 /** Sends `n` requests through a member; how many were admitted. */
 export async function sendMany (m: Member, n: number): Promise<number> {
   let admitted = 0

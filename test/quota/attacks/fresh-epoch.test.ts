@@ -7,14 +7,12 @@
 // once, clocks alike, only Redis lost its memory: every assumption holds.
 import t from 'tap'
 import { startRedis } from '../../helpers/redis.js'
-import { member, ruleOf, sendMany, TIMING } from './fleet-member.js'
+import { fleetOf, member, ruleOf, sendMany, TIMING, type Member } from './fleet-member.js'
 
 t.test('a new sidecar on an emptied Redis does not spend what partitioned sidecars already spent', async (t) => {
   const redis = await startRedis(t)
   const rule = ruleOf('GET /p 4/1h')
-  const a = await member(t, redis.url, rule, 3)
-  const b = await member(t, redis.url, rule, 3)
-  const c = await member(t, redis.url, rule, 3)
+  const [a, b, c] = await fleetOf(t, redis.url, rule, 3, 3) as [Member, Member, Member]
   let sent = await sendMany(a, 2) + await sendMany(b, 2)
   t.equal(sent, 4, 'all three present: the whole budget through Redis')
 

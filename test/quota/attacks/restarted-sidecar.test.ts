@@ -6,18 +6,17 @@
 // at once, clocks alike, Redis lost nothing: every assumption holds.
 import t from 'tap'
 import { startRedis } from '../../helpers/redis.js'
-import { member, ruleOf, sendMany } from './fleet-member.js'
+import { fleetOf, member, ruleOf, sendMany } from './fleet-member.js'
 
 t.test('a sidecar restarted while cut off from Redis does not spend before its previous run\'s sends left the window', async (t) => {
   const redis = await startRedis(t)
   const rule = ruleOf('GET /p 6/1h')
-  const a = await member(t, redis.url, rule, 3)
-  const b = await member(t, redis.url, rule, 3)
-  const c = await member(t, redis.url, rule, 3)
-  let sent = await sendMany(a, 2) + await sendMany(b, 2) + await sendMany(c, 2)
+  const fleet = await fleetOf(t, redis.url, rule, 3, 3)
+  let sent = 0
+  for (const m of fleet) sent += await sendMany(m, 2)
   t.equal(sent, 6, 'all three present: the whole budget through Redis')
 
-  await a.store.close() // A restarts (a crash, an OOM kill, a rollout of its pod)
+  await fleet[0]?.store.close() // A restarts (a crash, an OOM kill, a rollout of its pod)
   const again = await member(t, redis.url, rule, 3, { cut: true })
   t.equal(again.store.status().state, 'connecting', 'the new A never reached Redis')
   sent += await sendMany(again, 2)
