@@ -3,7 +3,8 @@
 // the open window. RATE_LIMIT_FLEET_SIZE=3, 6/1h: A, B, C present spend 2 each (6, the whole
 // budget, all in Redis, which keeps its data). A restarts; the new A cannot reach Redis (a
 // network partition). It spends floor(6/3) = 2 at once: 8 in the window. At most 3 sidecars
-// at once, clocks alike, Redis lost nothing: every assumption holds.
+// at once, clocks alike, Redis lost nothing: every assumption holds. The same with
+// RATE_LIMIT_FLEET_SIZE=1: "a fleet of one keeps its whole budget" at once, with no wait.
 import t from 'tap'
 import { startRedis } from '../../helpers/redis.js'
 import { fleetOf, member, ruleOf, sendMany } from './fleet-member.js'
@@ -21,4 +22,17 @@ t.test('a sidecar restarted while cut off from Redis does not spend before its p
   t.equal(again.store.status().state, 'connecting', 'the new A never reached Redis')
   sent += await sendMany(again, 2)
   t.ok(sent <= 6, `the fleet sent ${sent} in one window of 6/1h`)
+})
+
+t.test('a fleet of one restarted while cut off from Redis does not spend the budget its previous run spent', async (t) => {
+  const redis = await startRedis(t)
+  const rule = ruleOf('GET /p 2/1h')
+  const [a] = await fleetOf(t, redis.url, rule, 1, 1)
+  let sent = a === undefined ? 0 : await sendMany(a, 2)
+  t.equal(sent, 2, 'the whole budget through Redis')
+
+  await a?.store.close()
+  const again = await member(t, redis.url, rule, 1, { cut: true })
+  sent += await sendMany(again, 2)
+  t.ok(sent <= 2, `one sidecar, restarted, sent ${sent} in one window of 2/1h`)
 })
