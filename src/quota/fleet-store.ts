@@ -8,10 +8,12 @@
 // How, in short:
 // - Shared: each take is one Redis script on sliding logs; room is kept for the share
 //   (limit / fleet size) of every sidecar not present, since it may be spending on its own.
-// - Degraded (a command failed or was late): this sidecar asks Redis nothing more until it
-//   answers a PING again, and spends only its share, and only from one window after the last
+// - Degraded (a take failed or was late): this sidecar asks Redis nothing more until it
+//   answers a PING again, and spends only its share of RATE_LIMIT_FLEET_SIZE (none without
+//   it: a learned size may lag a sidecar joining), and only from one window after the last
 //   moment Redis could still have counted it present (every admission in such a window kept
-//   its share free). Fleet size 1: the whole budget (nobody else can spend).
+//   its share free), or after this process started (an earlier run of it may have spent).
+//   Fleet size 1, declared: the whole budget, one window after start.
 // - Back: one script tells Redis the ledger's open sends again (idempotent ids) and registers
 //   the sidecar present, atomically; a lost epoch gates every limit for one window.
 import type { Logger } from 'pino'
@@ -20,7 +22,7 @@ import type { Metrics } from '../metrics.js'
 import { createLedger, type OpenSend } from './ledger.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from './rules.js'
-import { createCooldowns, createSendIds, newMemberId, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
+import { createCooldowns, createSendIds, newMemberId, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 
 /** The fleet protocol's timing; tests shorten it. */
 export interface FleetTiming {
@@ -40,10 +42,12 @@ export type FleetReportedState = FleetState | 'settling'
 
 export interface FleetStatus {
   state: FleetReportedState
-  /** The fleet size used for shares (RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together); 0: unknown. */
+  /** The fleet size (RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together); 0: unknown. */
   size: number
   /** Sidecars present at the last contact with Redis. */
   present: number
+  /** RATE_LIMIT_FLEET_SIZE (0: unset; then nothing is spent while cut off). */
+  declared: number
   /** Why Redis is not used, when it is not (never a credential). */
   problem: string | undefined
 }
@@ -69,8 +73,13 @@ export function createFleetStore (options: FleetStoreOptions) {
   const cooldowns: Cooldowns = createCooldowns(clock)
   const member: Member = { id: newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
   const nextId = createSendIds(member.id)
+  /** When this process started: an earlier run of this sidecar may have spent until then. */
+  const bornAt = clock.now()
+  /** Scopes whose cool-downs every heartbeat reads from Redis. */
+  const scopes = [...rules.map((r) => r.id), UPSTREAM_SCOPE]
 
   let state: FleetState = 'connecting'
+  /** The most sidecars ever known at once (never lowered: after Redis lost its data it would read 1). */
   let size = fleetFloor
   let present = 0
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
@@ -78,9 +87,10 @@ export function createFleetStore (options: FleetStoreOptions) {
   /**
    * The latest monotonic time at which Redis may still count this sidecar present: every
    * presence-renewing script is sent with a deadline of its send time + the timeout, and
-   * presence lasts the TTL after it. Spending alone is safe one window after this.
+   * presence lasts the TTL after it. Spending alone is safe one window after this. It starts
+   * as if a script had been sent at start: an earlier run of this sidecar may still be present.
    */
-  let presenceBound = -Infinity
+  let presenceBound = bornAt + redisTimeoutMs + timing.presenceTtlMs
   let problem: string | undefined
   let loggedProblem: string | undefined
   let closed = false
@@ -89,7 +99,9 @@ export function createFleetStore (options: FleetStoreOptions) {
 
   const sending = (): void => { presenceBound = Math.max(presenceBound, clock.now() + redisTimeoutMs + timing.presenceTtlMs) }
   function learn (reply: { fleetSize: number, present: number }): void {
-    size = Math.max(reply.fleetSize, fleetFloor)
+    size = Math.max(size, reply.fleetSize, fleetFloor)
+    // Redis keeps room for the shares of this many: after it lost its data, it learns again from here.
+    member.fleetFloor = size
     present = reply.present
     metrics.rateLimitFleetSize?.set(size)
     metrics.rateLimitFleetPresent?.set(present)
@@ -128,29 +140,35 @@ export function createFleetStore (options: FleetStoreOptions) {
     schedule()
   }
 
-  /** Share of a limit this sidecar may spend on its own. */
-  const shareOf = (limit: Limit): number => size <= 0 ? 0 : Math.floor(limit.count / size)
+  /** Share of a limit this sidecar may spend on its own: none without RATE_LIMIT_FLEET_SIZE. */
+  const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / size)
 
   /**
    * A take decided without Redis: the share, from one window after Redis last counted this
    * sidecar present. A refusal says to ask again within a heartbeat at most: Redis is probed
    * that often and may answer by then (a fleet of one knows exactly: its ledger is the tally).
    */
-  function alone (scope: string, limits: readonly Limit[]): Take {
+  function alone (scope: string, limits: readonly Limit[], id = nextId()): Take {
     probeSoon()
-    if (size === 1) {
-      const wait = ledger.wait(scope, limits)
-      return wait > 0 ? { kind: 'degraded', ms: wait } : admit(scope, limits)
-    }
+    // Redis is being told the ledger: a send admitted now could miss that snapshot.
+    if (reasserting !== undefined) return { kind: 'degraded', ms: timing.heartbeatMs }
     const now = clock.now()
+    if (fleetFloor === 1 && size === 1) {
+      // A fleet of one, declared and never contradicted: its ledger is the whole tally, but
+      // for what an earlier run of it sent.
+      let ms = 0
+      for (const limit of limits) ms = Math.max(ms, bornAt + limit.windowMs - now)
+      if (ms <= 0) ms = ledger.wait(scope, limits)
+      return ms > 0 ? { kind: 'degraded', ms } : admit(scope, limits, id)
+    }
     let ms = 0
     for (const limit of limits) {
-      // Share 0 (or no fleet size known): nothing until Redis answers.
+      // Share 0 (or no fleet size declared): nothing until Redis answers.
       if (shareOf(limit) === 0) return { kind: 'degraded', ms: timing.heartbeatMs }
       ms = Math.max(ms, presenceBound + limit.windowMs - now)
     }
     if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
-    return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(scope, limits)
+    return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(scope, limits, id)
   }
 
   function admit (scope: string, limits: readonly Limit[], id = nextId()): Take {
@@ -166,7 +184,8 @@ export function createFleetStore (options: FleetStoreOptions) {
       reply = await redis.take(member, scope, limits, id)
     } catch (err) {
       fallBack(err)
-      return alone(scope, limits)
+      // The same id: should the take have run in Redis after all, the send counts once.
+      return alone(scope, limits, id)
     }
     switch (reply.code) {
       case 'ok':
@@ -186,10 +205,10 @@ export function createFleetStore (options: FleetStoreOptions) {
         // Redis lost (or changed) its data: decide alone until the ledger is told again.
         setState('degraded')
         void reassert()
-        return alone(scope, limits)
+        return alone(scope, limits, id)
       default:
         fallBack(new Error(`no answer within ${redisTimeoutMs} ms`))
-        return alone(scope, limits)
+        return alone(scope, limits, id)
     }
   }
 
@@ -260,9 +279,11 @@ export function createFleetStore (options: FleetStoreOptions) {
     if (state === 'shared') {
       sending()
       try {
-        const reply = await redis.heartbeat(member)
-        if (reply.code === 'ok') learn(reply)
-        else if (reply.code === 'epoch') {
+        const reply = await redis.heartbeat(member, scopes)
+        if (reply.code === 'ok') {
+          learn(reply)
+          for (const [scope, ms] of reply.cooldowns) if (cooldowns.hold(scope, ms)) onCooldown(scope)
+        } else if (reply.code === 'epoch') {
           setState('degraded')
           await reassert()
           return
@@ -326,9 +347,9 @@ export function createFleetStore (options: FleetStoreOptions) {
     ...store,
     cooldowns,
     displayUrl: redis.displayUrl,
-    status: (): FleetStatus => ({ state: state === 'shared' && clock.now() < graceUntil ? 'settling' : state, size, present, problem }),
-    /** Share of a limit while cut off from Redis (floor(limit / fleet size); the whole limit for a fleet of one). */
-    share: (limit: Limit): number => size === 1 ? limit.count : shareOf(limit),
+    status: (): FleetStatus => ({ state: state === 'shared' && clock.now() < graceUntil ? 'settling' : state, size, present, declared: fleetFloor, problem }),
+    /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
+    share: (limit: Limit): number => shareOf(limit),
     /** Connects for at most the timeout (at least 1 s); never fails. */
     async start (): Promise<void> {
       redis.onState((up, err) => {

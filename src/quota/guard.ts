@@ -10,10 +10,9 @@ import { isRateLimitFault } from './apigee-fault.js'
 import type { FleetStatus, FleetStore } from './fleet-store.js'
 import { retryAfterMs, retryAfterSeconds } from './retry-after.js'
 import { matchRule, type Limit, type Rule } from './rules.js'
-import { createCooldowns, createLocalStore, type Cooldowns, type Store, type Take } from './store.js'
+import { createCooldowns, createLocalStore, UPSTREAM_SCOPE, type Cooldowns, type Store, type Take } from './store.js'
 
-/** The scope of a request that matches no rule: with no rules at all, the whole upstream cools down. */
-export const UPSTREAM_SCOPE = 'upstream'
+export { UPSTREAM_SCOPE }
 
 /** A point taken for one send: given back with `refund` when nothing of the request was written. */
 export interface Ticket {
@@ -228,7 +227,10 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       if (fleet === undefined || s === undefined || s.state === 'shared') return undefined
       if (s.state === 'settling') return `rate limits shared in redis ${fleet.displayUrl} in a moment: its tally is new, sidecars are still telling it their sends`
       const why = s.problem ?? (s.state === 'connecting' ? 'not reachable yet' : 'unreachable or too slow')
-      return `rate limits not shared: redis ${fleet.displayUrl} ${why}; each sidecar spends only its share (fleet size ${s.size === 0 ? 'unknown: budgeted requests refused' : s.size})`
+      const alone = s.declared === 0
+        ? 'budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)'
+        : `each sidecar spends only its share (fleet size ${s.size})`
+      return `rate limits not shared: redis ${fleet.displayUrl} ${why}; ${alone}`
     },
     status,
     /** Connects to Redis (when configured), for at most its timeout; never fails. */

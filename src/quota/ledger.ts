@@ -34,7 +34,7 @@ export interface Ledger {
   record: (scope: string, limits: readonly Limit[], id: string) => void
   /** Forgets a send that never reached the upstream (nothing was written). */
   refund: (scope: string, limits: readonly Limit[], id: string) => void
-  /** Sends this many ms ago or later are in `limit`'s window for `scope`. */
+  /** How many of this sidecar's sends are inside `limit`'s window for `scope` now. */
   used: (scope: string, limit: Limit) => number
   /** Every send still inside a window, oldest first per limit. */
   open: () => OpenSend[]

@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
 import type { Clock } from '../clock.js'
-import { redisDisplayUrl } from '../config.js'
+import { redisDisplayUrl } from './settings.js'
 import type { Limit } from './rules.js'
 import type { CooldownRequest } from './store.js'
 
@@ -111,13 +111,17 @@ end
 return {0, lost, size, present, now, epoch}
 `
 
-// KEYS: epoch, members, fleet. ARGV: deadline, member, ttl, floor, epoch expected.
-// Returns {code, fleet size, present, now}: 0 present, 3 late, 5 the epoch is not the one expected.
+// KEYS: epoch, members, fleet, then the cool-down of each scope. ARGV: deadline, member, ttl,
+// floor, epoch expected. Returns {code, fleet size, present, now, ms left of each cool-down}:
+// 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
+// cool-down the fleet holds, and keeps it should Redis go away.
 const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
 local present, size = presence(KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-return {0, size, present, now}
+local out = {0, size, present, now}
+for i = 4, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+return out
 `
 
 // KEYS: the logs of a rule's limits. ARGV: the send id. A send that never reached the upstream.
@@ -181,7 +185,13 @@ const TAKE_CODES: readonly TakeCode[] = ['ok', 'cooldown', 'budget', 'late', 'ga
 
 export interface TakeReply { code: TakeCode, ms: number, fleetSize: number, present: number }
 export interface ReassertReply { late: boolean, lost: boolean, fleetSize: number, present: number, epoch: string, epochAgeMs: number }
-export interface HeartbeatReply { code: 'ok' | 'late' | 'epoch', fleetSize: number, present: number }
+export interface HeartbeatReply {
+  code: 'ok' | 'late' | 'epoch'
+  fleetSize: number
+  present: number
+  /** Ms left of each asked scope's cool-down in Redis (none when 0 or less). */
+  cooldowns: Map<string, number>
+}
 
 /** A send to tell Redis again, per limit. */
 export interface ReassertLimit {
@@ -306,11 +316,13 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
         epochAgeMs: Number.isFinite(createdAt) ? now - createdAt : Infinity
       }
     },
-    async heartbeat (member: Member): Promise<HeartbeatReply> {
-      const reply = await client.sapHeartbeat(fleetKeys.length, ...fleetKeys, ...memberArgs(member))
+    async heartbeat (member: Member, scopes: readonly string[]): Promise<HeartbeatReply> {
+      const keys = [...fleetKeys, ...scopes.map((scope) => key(scope, 'cooldown'))]
+      const reply = await client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member))
       calibrate(Number(reply[3]))
       const code = Number(reply[0])
-      return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]) }
+      const cooldowns = new Map(scopes.map((scope, i) => [scope, Number(reply[4 + i] ?? -2)]))
+      return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]), cooldowns }
     },
     async refund (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
       if (limits.length === 0) return

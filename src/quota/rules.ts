@@ -1,7 +1,7 @@
 // The budget rules of RATE_LIMITS / RATE_LIMITS_FILE: parsing (every problem at once,
 // each naming its rule) and matching. Pure functions, no I/O.
 
-/** One limit of a rule: at most `count` upstream sends per fixed window of `windowMs`. */
+/** One limit of a rule: at most `count` upstream sends in any interval of `windowMs` (a sliding window). */
 export interface Limit {
   readonly count: number
   readonly windowMs: number

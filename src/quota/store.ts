@@ -6,6 +6,9 @@ import type { Clock } from '../clock.js'
 import { createLedger, type Ledger } from './ledger.js'
 import type { Limit } from './rules.js'
 
+/** The scope of a request that matches no rule: with no rules at all, the whole upstream cools down. */
+export const UPSTREAM_SCOPE = 'upstream'
+
 /** What a take found: the request may go (one point taken from every limit), or why not and for how long. */
 export type Take =
   /** Taken: `id` names the send (for a refund when nothing reached the upstream). */

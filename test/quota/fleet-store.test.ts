@@ -99,15 +99,39 @@ t.test('cut off with no fleet size known: budgeted requests are refused, unbudge
   t.match(await store.take('upstream', []), { kind: 'ok', id: '' })
 })
 
-t.test('cut off from the start with RATE_LIMIT_FLEET_SIZE: the share at once (Redis never counted this sidecar present)', async (t) => {
-  const { take } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, up: false })
+t.test('cut off from the start with RATE_LIMIT_FLEET_SIZE: the share one window after start (an earlier run of this sidecar may still be present, and have spent)', async (t) => {
+  const { c, take } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, up: false })
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs })
+  await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000 - 1)
+  t.match(await take(), { kind: 'degraded', ms: 1 })
+  await c.tick(1)
   t.match(await take(), { kind: 'ok' })
   t.match(await take(), { kind: 'ok' })
   t.match(await take(), { kind: 'degraded' }, 'floor(4 / 2) = 2 per window, no more')
 })
 
+t.test('cut off without RATE_LIMIT_FLEET_SIZE: nothing, even after the fleet was seen (a learned size may lag a sidecar joining)', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 4/1s')
+  t.equal(store.status().size, 2, 'learned from Redis')
+  double.state.up = false
+  await c.tick(10_000)
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs })
+  t.equal(store.share({ count: 4, windowMs: 1000, text: '4/1s' }), 0)
+})
+
+t.test('the fleet size learned never goes down: Redis that lost its data and says 1 does not make this sidecar a fleet of one', async (t) => {
+  const { c, store, double } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, fleetSize: 3 })
+  t.equal(store.status().size, 3)
+  double.state.fleetSize = 1
+  double.state.present = 1
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(0)
+  t.equal(store.status().size, 3)
+  t.equal(store.share({ count: 6, windowMs: 1000, text: '6/1s' }), 2)
+})
+
 t.test('degraded after a failure: nothing for one window after the last moment Redis could count it present, then its share; its earlier sends count', async (t) => {
-  const { c, store, double, take } = await setup(t, 'GET /a 6/1s')
+  const { c, store, double, take } = await setup(t, 'GET /a 6/1s', { fleetFloor: 2 })
   t.equal(store.status().state, 'shared')
   t.match(await take(), { kind: 'ok' }, 'shared: one send through Redis')
   const sentAt = c.clock.now()
@@ -134,13 +158,21 @@ t.test('a share of 0 (the catalog across two sidecars) is refused while degraded
   await two.c.tick(10 * TIMING.heartbeatMs)
   t.match(await two.take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'not a matter of time: refused until Redis answers')
 
-  const one = await setup(t, 'GET /catalog 1/1m', { fleetSize: 1 })
-  t.match(await one.take(), { kind: 'ok' })
+  const one = await setup(t, 'GET /catalog 1/1m', { fleetFloor: 1, fleetSize: 1 })
   t.equal(one.store.share(one.rule.limits[0]!), 1)
+  await one.c.tick(60_000)
   one.double.state.up = false
-  t.match(await one.take(), { kind: 'degraded', ms: 60_000 }, 'alone: its own send holds the window, Redis or not')
+  t.match(await one.take(), { kind: 'ok' }, 'a declared fleet of one, a window after start: its ledger is the whole tally')
+  t.match(await one.take(), { kind: 'degraded', ms: 60_000 }, 'its own send holds the window, Redis or not')
   await one.c.tick(60_000)
   t.match(await one.take(), { kind: 'ok' })
+})
+
+t.test('a declared fleet of one restarted while Redis is away spends nothing for one window (its earlier run may have)', async (t) => {
+  const { c, take } = await setup(t, 'GET /catalog 1/1m', { fleetFloor: 1, fleetSize: 1, up: false })
+  t.match(await take(), { kind: 'degraded', ms: 60_000 })
+  await c.tick(60_000)
+  t.match(await take(), { kind: 'ok' })
 })
 
 t.test('a late answer (the script waited past its deadline and did nothing) is a failure', async (t) => {
@@ -186,7 +218,8 @@ t.test('the epoch changed under a take: decide alone, and tell Redis the ledger 
 })
 
 t.test('refunds: Redis is told while shared; the ledger always', async (t) => {
-  const { store, double, rule, take } = await setup(t, 'GET /a 1/1m', { fleetFloor: 1, fleetSize: 1 })
+  const { c, store, double, rule, take } = await setup(t, 'GET /a 1/1m', { fleetFloor: 1, fleetSize: 1 })
+  await c.tick(60_000)
   const sent = await take()
   t.equal(sent.kind, 'ok')
   if (sent.kind === 'ok') store.refund(rule.id, rule.limits, sent.id)

@@ -65,7 +65,7 @@ t.test('keys: store-auth-proxy: + 16 hex of sha256(AUTH_URL \\n CLIENT_ID); a 42
 
 t.test('Redis killed mid-run, then restarted empty: honest 429s while the tally cannot be known, one window refused after, said once each', async (t) => {
   const redis = await startRedis(t)
-  const { a, upstream } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_MAX_WAIT_MS: '0' }, redis.url)
+  const { a, upstream } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_FLEET_SIZE: '2' }, redis.url)
   for (let i = 0; i < 5; i++) t.equal((await a.call(`/v2/store/${i}`, `before${i}`)).status, 200)
   await redis.stop()
   const during = []
@@ -135,7 +135,7 @@ t.test('a Redis URL with a password: never in logs, /status, /readyz or /metrics
   t.equal(await backendOf(wrong), 'memory')
   t.match((await wrong.status()).rateLimits, { redis: { problem: /^redis refused our credentials \((WRONGPASS|NOAUTH)\)/ } }, 'a wrong password is named as such')
   await redis.stop()
-  t.equal((await a.call('/v2/store/x', 'x')).status, 200, 'no rules: nothing to refuse')
+  t.equal((await a.call('/v2/store/x', 'x')).status, 429, 'Redis gone and no RATE_LIMIT_FLEET_SIZE: refused, not guessed')
   for (const s of [a, wrong]) {
     const shown = [
       s.logs.text(),
