@@ -177,7 +177,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    // Limits on what callers may send (see config.ts): oversized heads get 431,
+    // Limits on what callers may send (src/config/schema.ts): oversized heads get 431,
     // slow heads and bodies are cut off, idle connections closed.
     http: {
       maxHeaderSize: config.maxHeaderBytes,
