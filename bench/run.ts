@@ -1,4 +1,4 @@
-// The same-run benchmark of issue 5: one workload at a time, against every
+// The same-run benchmark: one workload at a time, against every
 // target in turn (A B C A B C ...), several rounds, medians and ratios.
 //
 //   npm run bench                      (builds src/ and bench/, then this file)

@@ -11,14 +11,12 @@
 // the sidecar has recovered. All traffic stays on 127.0.0.1.
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { createServer } from 'node:http'
+import { createServer, request as httpRequest } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Agent, request } from 'undici'
 import { shippedNodeFlags } from '../bench/lib/shipped.js'
-import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../src/demo/config.js'
-import { createStandIn } from '../src/demo/stand-in.js'
 
 const { values } = parseArgs({
   options: {
@@ -65,14 +63,47 @@ function noteSuccess (at: number): void {
   if (minute % 2 === 1 && recoveriesMs.length < (minute + 1) / 2) recoveriesMs.push(at - outageEnd)
 }
 
-// The stand-in TI APIs: the store API checks every token's expiry, so a 401 there
-// means the sidecar sent an expired (or unknown) token.
-const standIn = createStandIn({ clientId: DEMO_CLIENT_ID, clientSecret: DEMO_CLIENT_SECRET, tokenLifetimeMs: lifetimeMs })
-standIn.app.addHook('onResponse', async (req, reply) => {
-  if (req.url.startsWith('/v2/') && reply.statusCode === 401) row().expiredTokensSent += 1
+// The built sidecar and the repository (this file runs as dist/soak/soak.js).
+const main = fileURLToPath(new URL('../main.js', import.meta.url))
+const repo = fileURLToPath(new URL('../..', import.meta.url))
+const CLIENT_ID = 'soak-client'
+const CLIENT_SECRET = 'soak+secret/='
+
+/** Starts `node dist/main.js ...` and resolves with the URL a listener logged. */
+function startMain (args: string[], env: Record<string, string>, listener: string) {
+  const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
+  let output = ''
+  child.stdout.setEncoding('utf8').on('data', (c: string) => { output += c.length > 0 && output.length < 1_000_000 ? c : '' })
+  const listening = (name: string) => new Promise<string>((resolve, reject) => {
+    const pattern = new RegExp(`"${name}","msg":"Server listening at (http://[^"]+)"`)
+    const timer = setInterval(() => {
+      const m = pattern.exec(output)
+      if (m?.[1] !== undefined) { clearInterval(timer); resolve(m[1]) }
+    }, 20)
+    setTimeout(() => { clearInterval(timer); reject(new Error(`${args.join(' ')} did not start`)) }, 10_000)
+  })
+  return { child, listening, url: listening(listener) }
+}
+
+// The stand-in TI APIs (`main.js stand-in`): the store API checks every token's expiry, so a
+// 401 there means the sidecar sent an expired (or unknown) token.
+const standIn = startMain([main, 'stand-in'], {
+  STAND_IN_PORT: '0', STAND_IN_CLIENT_ID: CLIENT_ID, STAND_IN_CLIENT_SECRET: CLIENT_SECRET, STAND_IN_TOKEN_LIFETIME_MS: String(lifetimeMs)
+}, 'component":"stand-in')
+const standInUrl = await standIn.url
+
+// The store API as the sidecar sees it: the stand-in's, each 401 counted.
+const store = createServer((req, res) => {
+  const forwarded = httpRequest(standInUrl + (req.url ?? ''), { method: req.method, headers: req.headers }, (answer) => {
+    if ((req.url ?? '').startsWith('/v2/') && answer.statusCode === 401) row().expiredTokensSent += 1
+    res.writeHead(answer.statusCode ?? 502, answer.headers)
+    answer.pipe(res)
+  })
+  forwarded.on('error', () => { res.writeHead(502); res.end() })
+  req.pipe(forwarded)
 })
-await standIn.app.listen({ host: '127.0.0.1', port: 0 })
-const standInUrl = `http://127.0.0.1:${(standIn.app.server.address() as AddressInfo).port}`
+await new Promise<void>((resolve) => store.listen(0, '127.0.0.1', resolve))
+const storeUrl = `http://127.0.0.1:${(store.address() as AddressInfo).port}`
 
 // The token endpoint as the sidecar sees it: the stand-in's, or 503 during an outage.
 const front = createServer((req, res) => {
@@ -98,34 +129,19 @@ await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve))
 const frontUrl = `http://127.0.0.1:${(front.address() as AddressInfo).port}`
 
 // The sidecar, as it runs in production: its own process, the shipped node flags, default configuration.
-const main = fileURLToPath(new URL('../../dist/main.js', import.meta.url))
-const repo = fileURLToPath(new URL('../..', import.meta.url))
-const sidecar = spawn(process.execPath, [...shippedNodeFlags(repo), main], {
-  env: {
-    PATH: process.env.PATH ?? '',
-    AUTH_URL: frontUrl,
-    UPSTREAM_URL: standInUrl,
-    CLIENT_ID: DEMO_CLIENT_ID,
-    CLIENT_SECRET: DEMO_CLIENT_SECRET,
-    PORT: '0',
-    ADMIN_PORT: '0',
-    ADMIN_HOST: '127.0.0.1',
-    LOG_LEVEL: 'info'
-  },
-  stdio: ['ignore', 'pipe', 'inherit']
-})
-let output = ''
-sidecar.stdout.setEncoding('utf8').on('data', (c: string) => { output += c.length > 0 && output.length < 1_000_000 ? c : '' })
-const listening = (listener: string) => new Promise<string>((resolve, reject) => {
-  const pattern = new RegExp(`"listener":"${listener}","msg":"Server listening at (http://[^"]+)"`)
-  const timer = setInterval(() => {
-    const m = pattern.exec(output)
-    if (m?.[1] !== undefined) { clearInterval(timer); resolve(m[1]) }
-  }, 20)
-  setTimeout(() => { clearInterval(timer); reject(new Error('the sidecar did not start')) }, 10_000)
-})
-const proxyUrl = await listening('proxy')
-const adminUrl = await listening('admin')
+const running = startMain([...shippedNodeFlags(repo), main], {
+  AUTH_URL: frontUrl,
+  UPSTREAM_URL: storeUrl,
+  CLIENT_ID,
+  CLIENT_SECRET,
+  PORT: '0',
+  ADMIN_PORT: '0',
+  ADMIN_HOST: '127.0.0.1',
+  LOG_LEVEL: 'info'
+}, 'listener":"proxy')
+const sidecar = running.child
+const proxyUrl = await running.url
+const adminUrl = await running.listening('listener":"admin')
 
 function rssMiB (): number {
   const status = readFileSync(`/proc/${sidecar.pid ?? 0}/status`, 'utf8')
@@ -206,7 +222,8 @@ sidecar.kill('SIGTERM')
 const exitCode = await new Promise<number | null>((resolve) => sidecar.once('exit', resolve))
 await agent.close()
 front.close()
-await standIn.app.close()
+store.close()
+standIn.child.kill('SIGTERM')
 
 const total = rows.reduce((a, r) => ({
   ...a,

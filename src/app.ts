@@ -8,13 +8,13 @@ import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, sendError } from './errors.js'
-import { createUpstream } from './forward.js'
+import { createUpstream, type Upstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
-import { readSecretFile, readSecretFileSync } from './secret-file.js'
 import { rereadRedisUrl } from './quota/settings.js'
+import { readSecretFile, readSecretFileSync } from './secret-file.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
@@ -60,27 +60,10 @@ export interface App {
 
 /** Builds the sidecar from a config object. Never listens: main.ts and the tests do. */
 export async function buildApp (config: Config, deps: AppDependencies): Promise<App> {
-  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true, version = 'unknown', quotaTiming } = deps
+  const { log, clock, defaultMetrics = true, version = 'unknown' } = deps
   const rateLimits = config.rateLimits
   const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
-
-  const fetchToken = createTokenClient({
-    authUrl: config.authUrl,
-    timeoutMs: config.tokenTimeoutMs,
-    credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
-    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher })
-  })
-  const tokens = createTokenManager({
-    fetchToken,
-    log: log.child({ component: 'token' }),
-    metrics,
-    refreshMarginMs: config.tokenRefreshMarginMs,
-    waitMs: config.tokenWaitMs,
-    tokenUrl: tokenEndpointUrl(config.authUrl),
-    credentials: { clientId: credentialOrigin('CLIENT_ID', config.clientId), clientSecret: credentialOrigin('CLIENT_SECRET', config.clientSecret) },
-    ...(clock === undefined ? {} : { clock }),
-    ...(random === undefined ? {} : { random })
-  })
+  const tokens = createTokens(config, deps, metrics)
 
   // One keep-alive pool to the upstream origin, TLS verified, with a bounded queue.
   const upstream = createUpstream({
@@ -93,6 +76,79 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     queueGauge: metrics.upstreamQueued
   })
 
+  const quota = await createQuota(config, deps, metrics)
+  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota })
+
+  let draining = false
+  let closing: Promise<void> | undefined
+
+  const admin = Fastify({
+    loggerInstance: log.child({ listener: 'admin' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true })
+  })
+  await admin.register(adminRoutes, {
+    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
+  })
+
+  return {
+    proxy: proxyServer,
+    admin,
+    tokens,
+    metrics,
+    quota,
+    start: async () => { await Promise.all([tokens.start(), quota.start()]) },
+    drain: () => { draining = true },
+    close () {
+      closing ??= closeAll()
+      return closing
+    }
+  }
+
+  async function closeAll (): Promise<void> {
+    draining = true
+    // server.close() closes the connections idle at that moment; keep-alive
+    // connections of requests still in flight become idle only later, and would
+    // hold the process open until the caller's keep-alive timeout.
+    let sweep: NodeJS.Timeout | undefined
+    const closeIdle = (): void => {
+      proxyServer.server.closeIdleConnections()
+      sweep = setTimeout(closeIdle, IDLE_SWEEP_MS).unref()
+    }
+    closeIdle()
+    await proxyServer.close().finally(() => { clearTimeout(sweep) })
+    tokens.stop()
+    await quota.close()
+    await upstream.close()
+    await admin.close()
+  }
+}
+
+/** The token client and the manager that keeps one token fresh. */
+function createTokens (config: Config, deps: AppDependencies, metrics: Metrics): TokenManager {
+  const { log, clock, random, readFile, tokenDispatcher } = deps
+  const fetchToken = createTokenClient({
+    authUrl: config.authUrl,
+    timeoutMs: config.tokenTimeoutMs,
+    credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
+    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher })
+  })
+  return createTokenManager({
+    fetchToken,
+    log: log.child({ component: 'token' }),
+    metrics,
+    refreshMarginMs: config.tokenRefreshMarginMs,
+    waitMs: config.tokenWaitMs,
+    tokenUrl: tokenEndpointUrl(config.authUrl),
+    credentials: { clientId: credentialOrigin('CLIENT_ID', config.clientId), clientSecret: credentialOrigin('CLIENT_SECRET', config.clientSecret) },
+    ...(clock === undefined ? {} : { clock }),
+    ...(random === undefined ? {} : { random })
+  })
+}
+
+/** The quota guard, with its Redis store when RATE_LIMIT_REDIS_URL is set. */
+async function createQuota (config: Config, deps: AppDependencies, metrics: Metrics): Promise<QuotaGuard> {
+  const { log, clock, readFile, quotaTiming } = deps
+  const rateLimits = config.rateLimits
   // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
   let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
   if (rateLimits.redisUrl !== undefined) {
@@ -121,17 +177,19 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
       onCooldown
     })
   }
-  const quota = createQuotaGuard({
+  return createQuotaGuard({
     config: rateLimits,
     clock: clock ?? systemClock,
     log: log.child({ component: 'quota' }),
     metrics,
     ...(fleet === undefined ? {} : { fleet })
   })
+}
 
-  let draining = false
-  let closing: Promise<void> | undefined
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard }
 
+/** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -139,7 +197,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    // Limits on what callers may send (see config.ts): oversized heads get 431,
+    // Limits on what callers may send (src/config/schema.ts): oversized heads get 431,
     // slow heads and bodies are cut off, idle connections closed.
     http: {
       maxHeaderSize: config.maxHeaderBytes,
@@ -211,44 +269,5 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     maxBodyBytes: config.maxBodyBytes,
     quota
   })
-
-  const admin = Fastify({
-    loggerInstance: log.child({ listener: 'admin' }) as FastifyBaseLogger,
-    logController: new LogController({ disableRequestLogging: true })
-  })
-  await admin.register(adminRoutes, {
-    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
-  })
-
-  return {
-    proxy: proxyServer,
-    admin,
-    tokens,
-    metrics,
-    quota,
-    start: async () => { await Promise.all([tokens.start(), quota.start()]) },
-    drain: () => { draining = true },
-    close () {
-      closing ??= closeAll()
-      return closing
-    }
-  }
-
-  async function closeAll (): Promise<void> {
-    draining = true
-    // server.close() closes the connections idle at that moment; keep-alive
-    // connections of requests still in flight become idle only later, and would
-    // hold the process open until the caller's keep-alive timeout.
-    let sweep: NodeJS.Timeout | undefined
-    const closeIdle = (): void => {
-      proxyServer.server.closeIdleConnections()
-      sweep = setTimeout(closeIdle, IDLE_SWEEP_MS).unref()
-    }
-    closeIdle()
-    await proxyServer.close().finally(() => { clearTimeout(sweep) })
-    tokens.stop()
-    await quota.close()
-    await upstream.close()
-    await admin.close()
-  }
+  return proxyServer
 }

@@ -105,9 +105,15 @@ export interface ErrorAnswerOptions {
   readonly retryAfterSeconds?: number
 }
 
-/** The Retry-After an error made elsewhere carries with it (the token manager's 503 TOKEN_UNAVAILABLE). */
+/** An error that carries its own Retry-After, for code that rejects with it rather than answering. */
+export type WithRetryAfter<E extends FastifyError = FastifyError> = E & { readonly retryAfterSeconds: number }
+
+export function withRetryAfter<E extends FastifyError> (error: E, retryAfterSeconds: number): WithRetryAfter<E> {
+  return Object.assign(error, { retryAfterSeconds })
+}
+
 function carriedRetryAfter (error: FastifyError): number | undefined {
-  const value: unknown = (error as FastifyError & { retryAfterSeconds?: unknown }).retryAfterSeconds
+  const value: unknown = 'retryAfterSeconds' in error ? error.retryAfterSeconds : undefined
   return typeof value === 'number' ? value : undefined
 }
 
@@ -115,7 +121,8 @@ function carriedRetryAfter (error: FastifyError): number | undefined {
 export function sendError (
   to: ErrorOutlet, error: FastifyError, metrics: Pick<Metrics, 'errors'>, options: ErrorAnswerOptions = {}
 ): void {
-  const retryAfter = options.retryAfterSeconds ?? carriedRetryAfter(error) ?? (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
+  const retryAfter = options.retryAfterSeconds ?? carriedRetryAfter(error) ??
+    (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
   const status = error.statusCode ?? 500
   const body: ErrorBody = { error: error.code, message: error.message }
   metrics.errors.inc({ code: error.code })

@@ -4,7 +4,8 @@ import { createRequire } from 'node:module'
 
 // node:http and node:https through require(), not ESM imports: the ESM facade of a builtin
 // reads every export, and node:http's lazy WebSocket getters then load Node's bundled undici
-// (nodejs/node#59686): about 4 MiB and 50 ms of CPU more per check (bench/README.md, issue 13).
+// (a known Node.js behaviour): about 4 MiB and 50 ms of CPU more per check (measured 2026-11-23
+// on Node.js 24.21, the bench machine; docs/performance.md).
 const require = createRequire(import.meta.url)
 const { get: httpGet } = require('node:http') as typeof Http
 const { get: httpsGet } = require('node:https') as typeof Https

@@ -5,12 +5,12 @@
 // Only light modules are imported here. fastify, undici and pino are imported by the
 // commands that use them: a container runtime runs `healthcheck` every few seconds, and
 // loading the whole stack would cost each check some 0.4 s of CPU and 75 MiB.
-import { parseInvocation, versionLine } from './cli/commands.js'
+import { commandTable, parseInvocation, versionLine } from './cli/commands.js'
 import { loadLogger } from './cli/exit.js'
 import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
-import { runDemoCommand } from './demo/commands.js'
+import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
 import { probe } from './healthcheck.js'
 
 const HEALTHCHECK_TIMEOUT_MS = 3000
@@ -43,7 +43,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
   }
 }
 
-const invocation = parseInvocation(process.argv.slice(2))
+const invocation = parseInvocation(process.argv.slice(2), commandTable(DEMO_COMMANDS))
 switch (invocation.kind) {
   case 'run':
     await run(invocation.command, invocation.args, process.env)

@@ -39,7 +39,18 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   // The process and runtime metrics keep prom-client's standard names (`process_*`,
   // `nodejs_*`), unprefixed, so the usual Node.js dashboards and alerts work as they are.
   if (defaultMetrics) collectDefaultMetrics({ register: registry })
+  const metrics = {
+    registry,
+    ...tokenMetrics(registry),
+    ...exchangeMetrics(registry),
+    ...rateLimitMetrics(registry, rateLimitRedis)
+  }
+  buildInfoMetric(registry, buildInfo)
+  return metrics
+}
 
+/** The token endpoint: requests by outcome, their duration, and the held token's expiry. */
+function tokenMetrics (registry: Registry) {
   const tokenRequests = new Counter({
     name: `${METRIC_PREFIX}token_requests_total`,
     help: 'Requests to the OAuth token endpoint, by outcome.',
@@ -57,6 +68,11 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     help: 'Unix time at which the current access token expires (0 when none is held).',
     registers: [registry]
   })
+  return { tokenRequests, tokenRequestDuration, tokenExpiry }
+}
+
+/** Exchanges on the proxy port: by method, status class and outcome; errors; the upstream queue. */
+function exchangeMetrics (registry: Registry) {
   const requests = new Counter({
     name: `${METRIC_PREFIX}requests_total`,
     help: 'Proxied requests, by method, class of the status line sent (none if none was) and outcome (completed, aborted, truncated).',
@@ -88,6 +104,31 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     registers: [registry]
   })
 
+  // The per-request path: label children looked up once per label set, not hashed per call.
+  const requestChildren = new Map<string, { inc: () => void }>()
+  const durationChildren = new Map<string, { observe: (seconds: number) => void }>()
+  /** Counts one finished exchange on the proxy port (labels: see requests and requestDuration). */
+  function recordExchange (method: string, statusClassLabel: string, outcome: Outcome, seconds: number): void {
+    const key = `${method} ${statusClassLabel} ${outcome}`
+    let count = requestChildren.get(key)
+    if (count === undefined) {
+      count = requests.labels(method, statusClassLabel, outcome)
+      requestChildren.set(key, count)
+    }
+    count.inc()
+    let duration = durationChildren.get(statusClassLabel)
+    if (duration === undefined) {
+      duration = requestDuration.labels(statusClassLabel)
+      durationChildren.set(statusClassLabel, duration)
+    }
+    duration.observe(seconds)
+  }
+
+  return { requests, requestDuration, requestsInFlight, errors, upstreamQueued, recordExchange }
+}
+
+/** The quota guard's metrics, every one named rate_limit*. */
+function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
   // The quota guard (src/quota/): local refusals and delays, the gateway's own rate-limit
   // answers, cool-downs, and where budgets live.
   const rateLimited = new Counter({
@@ -147,45 +188,7 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     })
     : undefined
 
-  // The conventional info metric: always 1, the build in its labels (src/version.ts).
-  const build = new Gauge({
-    name: `${METRIC_PREFIX}build_info`,
-    help: 'Always 1; the labels say which build runs: version, source revision, Node.js version.',
-    labelNames: ['version', 'revision', 'node'] as const,
-    registers: [registry]
-  })
-  build.set({ version: buildInfo.version, revision: buildInfo.revision, node: buildInfo.node }, 1)
-
-  // The per-request path: label children looked up once per label set, not hashed per call.
-  const requestChildren = new Map<string, { inc: () => void }>()
-  const durationChildren = new Map<string, { observe: (seconds: number) => void }>()
-  /** Counts one finished exchange on the proxy port (labels: see requests and requestDuration). */
-  function recordExchange (method: string, statusClassLabel: string, outcome: Outcome, seconds: number): void {
-    const key = `${method} ${statusClassLabel} ${outcome}`
-    let count = requestChildren.get(key)
-    if (count === undefined) {
-      count = requests.labels(method, statusClassLabel, outcome)
-      requestChildren.set(key, count)
-    }
-    count.inc()
-    let duration = durationChildren.get(statusClassLabel)
-    if (duration === undefined) {
-      duration = requestDuration.labels(statusClassLabel)
-      durationChildren.set(statusClassLabel, duration)
-    }
-    duration.observe(seconds)
-  }
-
   return {
-    registry,
-    tokenRequests,
-    tokenRequestDuration,
-    tokenExpiry,
-    requests,
-    requestDuration,
-    requestsInFlight,
-    errors,
-    upstreamQueued,
     rateLimited,
     rateLimitUpstreamAnswers,
     rateLimitCooldownUntil,
@@ -195,9 +198,19 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     rateLimitDegraded,
     rateLimitFleetSize,
     rateLimitFleetPresent,
-    rateLimitRedisDataLost,
-    recordExchange
+    rateLimitRedisDataLost
   }
+}
+
+function buildInfoMetric (registry: Registry, buildInfo: BuildInfo): void {
+  // The conventional info metric: always 1, the build in its labels (src/version.ts).
+  const build = new Gauge({
+    name: `${METRIC_PREFIX}build_info`,
+    help: 'Always 1; the labels say which build runs: version, source revision, Node.js version.',
+    labelNames: ['version', 'revision', 'node'] as const,
+    registers: [registry]
+  })
+  build.set({ version: buildInfo.version, revision: buildInfo.revision, node: buildInfo.node }, 1)
 }
 
 export type Metrics = ReturnType<typeof createMetrics>

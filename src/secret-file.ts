@@ -55,6 +55,31 @@ function tooLarge (): string {
   return `it is larger than ${SECRET_FILE_MAX_BYTES} bytes`
 }
 
+/** One read the loop below asks for: into `buffer` at `offset`, at most `length` bytes. */
+interface ReadRequest { buffer: Buffer, offset: number, length: number }
+
+/**
+ * The read loop both readers share, whatever does the reading: it asks for reads (yields)
+ * and is given the bytes read, until end of file. It reads one byte more than allowed,
+ * so a file that grew since fstat is caught too.
+ */
+function * readCapped (path: string): Generator<ReadRequest, string, number> {
+  const buffer = Buffer.alloc(SECRET_FILE_MAX_BYTES + 1)
+  let length = 0
+  for (;;) {
+    const bytesRead = yield { buffer, offset: length, length: buffer.length - length }
+    if (bytesRead === 0) break
+    length += bytesRead
+    if (length > SECRET_FILE_MAX_BYTES) throw new SecretFileError(path, tooLarge())
+  }
+  return buffer.toString('utf8', 0, length)
+}
+
+/** Any failure while reading, as a SecretFileError. */
+function readProblem (path: string, err: unknown): SecretFileError {
+  return err instanceof SecretFileError ? err : new SecretFileError(path, openProblem(err))
+}
+
 /**
  * Reads a small secret file (CLIENT_SECRET_FILE and the like) without ever
  * blocking: only regular files, at most SECRET_FILE_MAX_BYTES. Symbolic links are
@@ -71,19 +96,15 @@ export async function readSecretFile (path: string): Promise<string> {
   try {
     const problem = statProblem(await handle.stat())
     if (problem !== undefined) throw new SecretFileError(path, problem)
-    // Read one byte more than allowed: a file that grew since fstat is caught too.
-    const buffer = Buffer.alloc(SECRET_FILE_MAX_BYTES + 1)
-    let length = 0
-    for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null)
-      if (bytesRead === 0) break
-      length += bytesRead
-      if (length > SECRET_FILE_MAX_BYTES) throw new SecretFileError(path, tooLarge())
+    const reads = readCapped(path)
+    let step = reads.next()
+    while (step.done !== true) {
+      const { buffer, offset, length } = step.value
+      step = reads.next((await handle.read(buffer, offset, length, null)).bytesRead)
     }
-    return buffer.toString('utf8', 0, length)
+    return step.value
   } catch (err) {
-    if (err instanceof SecretFileError) throw err
-    throw new SecretFileError(path, openProblem(err))
+    throw readProblem(path, err)
   } finally {
     await handle.close()
   }
@@ -100,18 +121,15 @@ export function readSecretFileSync (path: string): string {
   try {
     const problem = statProblem(fstatSync(fd))
     if (problem !== undefined) throw new SecretFileError(path, problem)
-    const buffer = Buffer.alloc(SECRET_FILE_MAX_BYTES + 1)
-    let length = 0
-    for (;;) {
-      const bytesRead = readSync(fd, buffer, length, buffer.length - length, null)
-      if (bytesRead === 0) break
-      length += bytesRead
-      if (length > SECRET_FILE_MAX_BYTES) throw new SecretFileError(path, tooLarge())
+    const reads = readCapped(path)
+    let step = reads.next()
+    while (step.done !== true) {
+      const { buffer, offset, length } = step.value
+      step = reads.next(readSync(fd, buffer, offset, length, null))
     }
-    return buffer.toString('utf8', 0, length)
+    return step.value
   } catch (err) {
-    if (err instanceof SecretFileError) throw err
-    throw new SecretFileError(path, openProblem(err))
+    throw readProblem(path, err)
   } finally {
     closeSync(fd)
   }

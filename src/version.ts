@@ -37,17 +37,14 @@ function readText (relative: string): string | undefined {
   }
 }
 
-// dist/version.js and src/version.ts sit one level below package.json; the soak and
-// benchmark builds put it one level deeper.
+// dist/version.js and src/version.ts sit one level below package.json.
 function readVersion (): string {
-  for (const relative of ['../package.json', '../../package.json']) {
-    const text = readText(relative)
-    if (text === undefined) continue
-    try {
-      const manifest = JSON.parse(text) as { name?: unknown, version?: unknown }
-      if (manifest.name === PACKAGE_NAME && typeof manifest.version === 'string') return manifest.version
-    } catch {}
-  }
+  const text = readText('../package.json')
+  if (text === undefined) return UNKNOWN
+  try {
+    const manifest = JSON.parse(text) as { name?: unknown, version?: unknown }
+    if (manifest.name === PACKAGE_NAME && typeof manifest.version === 'string') return manifest.version
+  } catch {}
   return UNKNOWN
 }
 

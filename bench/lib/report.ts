@@ -1,5 +1,5 @@
 // results.md: the tables (medians per target), added latency over direct, ratios to
-// nginx and between sidecars (median of per-round ratios), and the issue's targets.
+// nginx and between sidecars (median of per-round ratios), and the targets.
 import { MIB } from './options.js'
 import { f, fx, median, ratio } from './stats.js'
 import type { Target } from './targets.js'
@@ -111,9 +111,9 @@ export function report (res: Results, targets: Target[]): string {
     lines.push('')
   }
 
-  // Ratios and the issue's targets (issue 13), for each sidecar: to the floors first, nginx as context.
+  // Ratios and the targets, for each sidecar: to the floors first, nginx as context.
   for (const s of sidecars) {
-    lines.push(`### ${s}: ratios and the issue's targets`)
+    lines.push(`### ${s}: ratios and the targets`)
     lines.push('')
     lines.push('| measure | value | target | met |')
     lines.push('|---|---|---|---|')

@@ -1,10 +1,9 @@
 // The command line: the commands and their help, and argv parsed into what to do.
 import { parseArgs } from 'node:util'
-import { DEMO_COMMANDS } from '../demo/commands.js'
 import { buildInfo } from '../version.js'
 import { CONFIG_POINTER, type Command } from './command.js'
 
-const COMMANDS: Record<string, Command> = {
+const SIDECAR_COMMANDS: Record<string, Command> = {
   serve: {
     maxArgs: 0,
     summary: 'run the sidecar (the default when no command is given)',
@@ -30,7 +29,9 @@ http://127.0.0.1:$ADMIN_PORT/readyz (ADMIN_HOST when it is not a wildcard), with
 limit, and prints one line: what answered, or what failed (refused, timeout, the status and
 the /readyz reason). Exit 0 for a 2xx answer, 1 otherwise.`
   },
-  ...DEMO_COMMANDS,
+}
+
+const HELP_COMMANDS: Record<string, Command> = {
   help: {
     args: '[COMMAND]',
     maxArgs: 1,
@@ -45,13 +46,20 @@ package.json, the revision written into dist/REVISION at build time ("unknown" w
   }
 }
 
+export type Commands = Readonly<Record<string, Command>>
+
+/** Every command, in the order the usage lists them: the sidecar's, then `more` (the demo's), then help and version. */
+export function commandTable (more: Commands): Commands {
+  return { ...SIDECAR_COMMANDS, ...more, ...HELP_COMMANDS }
+}
+
 export function versionLine (): string {
   const { version, revision, node } = buildInfo()
   return `store-auth-proxy ${version} (revision ${revision}, node ${node})\n`
 }
 
-function usage (): string {
-  const rows = Object.entries(COMMANDS).map(([name, c]) => [`${name}${c.args === undefined ? '' : ` ${c.args}`}`, c.summary] as const)
+function usage (commands: Commands): string {
+  const rows = Object.entries(commands).map(([name, c]) => [`${name}${c.args === undefined ? '' : ` ${c.args}`}`, c.summary] as const)
   const width = Math.max(...rows.map(([left]) => left.length))
   return `${versionLine()}
 Usage: node dist/main.js [COMMAND] [ARGS] [--help]
@@ -85,7 +93,7 @@ export type Invocation =
   | { kind: 'error', message: string }
 
 /** `[COMMAND] [ARGS] [--help | --version]`; `--help` anywhere wins, and runs nothing. */
-export function parseInvocation (argv: string[]): Invocation {
+export function parseInvocation (argv: string[], commands: Commands): Invocation {
   const { values, positionals, tokens } = parseArgs({
     args: argv,
     options: { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean', short: 'v' } },
@@ -94,9 +102,9 @@ export function parseInvocation (argv: string[]): Invocation {
     tokens: true
   })
   const name = positionals[0] ?? 'serve'
-  const command = COMMANDS[name]
+  const command = commands[name]
   if (command === undefined) return { kind: 'error', message: `unknown command "${name}"` }
-  if (values.help === true) return { kind: 'help', text: name === 'help' || positionals.length === 0 ? usage() : commandHelp(name, command) }
+  if (values.help === true) return { kind: 'help', text: name === 'help' || positionals.length === 0 ? usage(commands) : commandHelp(name, command) }
   if (values.version === true) return { kind: 'version' }
   const unknown = tokens.find((token) => token.kind === 'option' && token.name !== 'help' && token.name !== 'version')
   if (unknown?.kind === 'option') return { kind: 'error', message: `unknown option "${unknown.rawName}"` }
@@ -105,8 +113,8 @@ export function parseInvocation (argv: string[]): Invocation {
   if (name === 'version') return { kind: 'version' }
   if (name === 'help') {
     const topic = args[0]
-    if (topic === undefined) return { kind: 'help', text: usage() }
-    const about = COMMANDS[topic]
+    if (topic === undefined) return { kind: 'help', text: usage(commands) }
+    const about = commands[topic]
     return about === undefined ? { kind: 'error', message: `unknown command "${topic}"` } : { kind: 'help', text: commandHelp(topic, about) }
   }
   return { kind: 'run', command: name, args }

@@ -4,7 +4,7 @@
 // or the fleet through Redis with the local ledger as insurance) is the store's business.
 import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
-import type { RateLimitConfig } from '../config.js'
+import type { RateLimitConfig } from './settings.js'
 import type { Metrics } from '../metrics.js'
 import { isRateLimitFault } from './apigee-fault.js'
 import type { FleetStatus, FleetStore } from './fleet-store.js'
