@@ -14,7 +14,7 @@ t.setTimeout(90_000)
 t.test('the catalog rule: one call per 4 h for the fleet, the rest answered locally with an exact Retry-After', async (t) => {
   const redis = await startRedis(t)
   const { upstream, sidecars } = await startFleet(t, 3, {
-    RATE_LIMITS: `${RULE} 1/4h 6/1d`, RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_REDIS_TIMEOUT_MS: '2000', ACCESS_LOG: 'false'
+    RATE_LIMITS: `${RULE} 1/4h 6/1d`, RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_REDIS_TIMEOUT_MS: '2000', RATE_LIMIT_FLEET_SIZE: '3', ACCESS_LOG: 'false'
   })
   const [a, b, c] = sidecars
   if (a === undefined || b === undefined || c === undefined) throw new Error('three sidecars')
