@@ -87,6 +87,7 @@ const schema = {
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     ACCESS_LOG: { type: 'boolean', default: false },
+    STATUS_ENDPOINT: { type: 'boolean', default: true },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' }
   }
 } as const
@@ -125,6 +126,7 @@ interface RawEnv {
   RATE_LIMIT_REDIS_URL_FILE?: string
   RATE_LIMIT_REDIS_TIMEOUT_MS: number
   ACCESS_LOG: boolean
+  STATUS_ENDPOINT: boolean
   LOG_LEVEL: LogLevel
 }
 
@@ -183,6 +185,8 @@ export interface Config {
   /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
   readonly upstreamQueueLimit: number
   readonly accessLog: boolean
+  /** Whether the admin listener serves /status (STATUS_ENDPOINT); false: 404. */
+  readonly statusEndpoint: boolean
   readonly logLevel: LogLevel
   readonly rateLimits: RateLimitConfig
 }
@@ -269,6 +273,7 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
     upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
     upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
     accessLog: raw.ACCESS_LOG,
+    statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
     rateLimits
   })
