@@ -153,6 +153,46 @@ built by hand (Helm without .Subcharts) must carry "Capabilities" for this check
 {{- end }}
 {{- end }}
 
+{{/*
+Fails the render when the proxy port would listen beyond the pod in a sidecar topology:
+with HOST on the pod's address, any pod of the cluster could call it and so use the
+credentials. Only standalone mode (behind its NetworkPolicy) listens on all addresses.
+*/}}
+{{- define "store-auth-proxy.checkHost" -}}
+{{- if and (ne .Values.mode "standalone") (not (regexMatch "^(127\\.[0-9.]+|::1|localhost)$" (include "store-auth-proxy.host" .))) }}
+{{- fail (printf "store-auth-proxy: proxy.host=%s would let any pod of the cluster call the proxy, which is authenticated to TI as you; in mode %s it must be loopback (127.0.0.1, ::1 or empty): use mode=standalone with networkPolicy.clients to serve other pods" (include "store-auth-proxy.host" .) .Values.mode) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render of a Deployment whose proxy would still be draining when the kubelet kills
+it: SHUTDOWN_DELAY_MS + SHUTDOWN_GRACE_MS must end before terminationGracePeriodSeconds,
+with one second left for the process to exit.
+*/}}
+{{- define "store-auth-proxy.checkShutdown" -}}
+{{- $delay := include "store-auth-proxy.shutdownDelayMs" . | int64 }}
+{{- $grace := .Values.proxy.shutdownGraceMs | int64 }}
+{{- $period := mul (.Values.terminationGracePeriodSeconds | int64) 1000 }}
+{{- if ge (add $delay $grace 1000) $period }}
+{{- fail (printf "store-auth-proxy: proxy.shutdownDelayMs (%d) + proxy.shutdownGraceMs (%d) + 1000 ms to exit must stay below terminationGracePeriodSeconds (%d s), or the kubelet kills the proxy mid-drain; raise terminationGracePeriodSeconds or lower the two" $delay $grace (.Values.terminationGracePeriodSeconds | int64)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render of a Service that would publish the proxy's ports outside the cluster:
+in standalone mode the proxy port is authenticated to TI as the credential holder; in
+example mode the admin port carries /status (client id, URLs, rules).
+*/}}
+{{- define "store-auth-proxy.checkServiceType" -}}
+{{- if ne .Values.service.type "ClusterIP" }}
+{{- if eq .Values.mode "standalone" }}
+{{- fail (printf "store-auth-proxy: service.type=%s would publish the proxy port, which is authenticated to TI as you, outside the cluster; keep ClusterIP (callers outside the cluster need a gateway that authenticates them first)" .Values.service.type) }}
+{{- else }}
+{{- fail (printf "store-auth-proxy: service.type=%s would publish the admin port and its /status outside the cluster; keep ClusterIP and use kubectl port-forward (chart README, \"Reaching the admin port\")" .Values.service.type) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "store-auth-proxy.standInUrl" -}}
 {{- printf "http://%s:8081" (include "store-auth-proxy.standInName" .) }}
 {{- end }}
@@ -197,6 +237,7 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
 */}}
 {{- define "store-auth-proxy.sidecar" -}}
 {{- include "store-auth-proxy.checkNative" . -}}
+{{- include "store-auth-proxy.checkHost" . -}}
 - name: store-auth-proxy
   image: {{ include "store-auth-proxy.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}

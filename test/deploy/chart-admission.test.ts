@@ -1,0 +1,42 @@
+// What the chart refuses to render and what it renders for a cluster's admission policies
+// (chart README, "Security and admission"), each on a real render validated against
+// Kubernetes' schemas (test/deploy/chart-helm.ts).
+import t from 'tap'
+import { CHART, refusal, render } from './chart-helm.js'
+import { CI } from './chart-expect.js'
+
+t.setTimeout(240_000)
+
+const example = ['demo', CHART, ...CI('example-values.yaml'), '--kube-version', '1.31']
+const standalone = ['gateway', CHART, ...CI('standalone-values.yaml'), '--kube-version', '1.31']
+
+t.test('refusals: one clear line each', async (t) => {
+  const cases: Array<[string, string[], RegExp]> = [
+    ['standalone LoadBalancer publishes the proxy port', [...standalone, '--set', 'service.type=LoadBalancer'],
+      /service\.type=LoadBalancer would publish the proxy port, which is authenticated to TI as you/],
+    ['standalone NodePort publishes the proxy port', [...standalone, '--set', 'service.type=NodePort'],
+      /service\.type=NodePort would publish the proxy port/],
+    ['example LoadBalancer publishes the admin port and /status', [...example, '--set', 'service.type=LoadBalancer'],
+      /service\.type=LoadBalancer would publish the admin port and its \/status/],
+    ['shutdown grace beyond the termination grace period', [...example, '--set', 'proxy.shutdownGraceMs=40000', '--set', 'terminationGracePeriodSeconds=10'],
+      /proxy\.shutdownDelayMs \(0\) \+ proxy\.shutdownGraceMs \(40000\) \+ 1000 ms to exit must stay below terminationGracePeriodSeconds \(10 s\)/],
+    ['shutdown delay plus grace exactly at the period', [...standalone, '--set', 'proxy.shutdownDelayMs=5000', '--set', 'proxy.shutdownGraceMs=24000', '--set', 'terminationGracePeriodSeconds=30'],
+      /\(5000\) \+ proxy\.shutdownGraceMs \(24000\)/],
+    ['plain sidecar: the topology\'s 5 s delay counts', [...example, '--set', 'nativeSidecar=false', '--set', 'proxy.shutdownGraceMs=24500'],
+      /\(5000\) \+ proxy\.shutdownGraceMs \(24500\)/],
+    ['proxy port on the pod address in example mode', [...example, '--set', 'proxy.host=0.0.0.0'],
+      /proxy\.host=0\.0\.0\.0 would let any pod of the cluster call the proxy/]
+  ]
+  for (const [name, args, message] of cases) {
+    const stderr = refusal(args)
+    t.match(stderr, message, name)
+    t.equal(stderr.split('\n').filter((l) => l.includes('store-auth-proxy:')).length, 1, `${name}: one line`)
+  }
+})
+
+t.test('what still renders next to the refusals', async (t) => {
+  t.ok(await render([...standalone, '--set', 'proxy.shutdownDelayMs=5000', '--set', 'proxy.shutdownGraceMs=23999', '--set', 'terminationGracePeriodSeconds=30']),
+    'delay + grace + 1 s just below the period')
+  t.ok(await render([...example, '--set', 'proxy.host=::1']), 'IPv6 loopback in example mode')
+  t.ok(await render([...standalone, '--set', 'proxy.host=::']), 'all addresses in standalone mode')
+})
