@@ -2,7 +2,7 @@
 // (chart README, "Security and admission"), each on a real render validated against
 // Kubernetes' schemas (test/deploy/chart-helm.ts).
 import t from 'tap'
-import { CHART, refusal, render } from './chart-helm.js'
+import { CHART, ofKind, refusal, render, type K8s } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 
 t.setTimeout(240_000)
@@ -39,4 +39,17 @@ t.test('what still renders next to the refusals', async (t) => {
     'delay + grace + 1 s just below the period')
   t.ok(await render([...example, '--set', 'proxy.host=::1']), 'IPv6 loopback in example mode')
   t.ok(await render([...standalone, '--set', 'proxy.host=::']), 'all addresses in standalone mode')
+})
+
+t.test('nothing derived from the client secret outside its Secret: two secrets, identical pod templates', async (t) => {
+  for (const base of [example, standalone]) {
+    const render2 = async (secret: string): Promise<K8s[]> =>
+      await render([...base, '--set', 'credentials.existingSecret=', '--set', 'credentials.clientId=id', '--set', `credentials.clientSecret=${secret}`])
+    const a = await render2('first-Secret-1')
+    const b = await render2('second-Secret-2')
+    const others = (objects: K8s[]): K8s[] => objects.filter((o) => o.kind !== 'Secret')
+    t.same(others(a), others(b), `${base[0] ?? ''}: every object but the Secret is identical`)
+    t.ok(ofKind(a, 'Deployment').length > 0, 'with a Deployment')
+    t.notSame(ofKind(a, 'Secret'), ofKind(b, 'Secret'), 'the Secrets differ')
+  }
 })

@@ -213,12 +213,13 @@ SIGTERM together with the app, and a standalone proxy while Services still route
 {{- end }}
 
 {{/*
-Pod annotations for any pod that runs the sidecar: a checksum of the credentials values,
-so that pods roll when the Secret this chart renders changes, and the prometheus.io
-annotations for the admin port.
+Pod annotations for any pod that runs the sidecar: a checksum of the rules file, which the
+sidecar reads once, and the prometheus.io annotations for the admin port. Nothing derived
+from the credentials: the sidecar re-reads their files before each token request, so a
+changed Secret needs no restart, and a hash of the client secret in a pod annotation would
+let anyone who may `get pods` test guesses offline.
 */}}
 {{- define "store-auth-proxy.podAnnotations" -}}
-checksum/secret: {{ .Values.credentials | toJson | sha256sum }}
 {{- if .Values.rateLimits.rules }}
 checksum/rate-limits: {{ include "store-auth-proxy.rateLimitsFile" . | sha256sum }}
 {{- end }}
