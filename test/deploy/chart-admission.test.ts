@@ -2,7 +2,7 @@
 // (chart README, "Security and admission"), each on a real render validated against
 // Kubernetes' schemas (test/deploy/chart-helm.ts).
 import t from 'tap'
-import { CHART, ofKind, refusal, render, type K8s } from './chart-helm.js'
+import { CHART, envOf, helmTemplate, ofKind, one, refusal, render, sidecarOf, type JsonObject, type K8s } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 
 t.setTimeout(240_000)
@@ -52,4 +52,25 @@ t.test('nothing derived from the client secret outside its Secret: two secrets, 
     t.ok(ofKind(a, 'Deployment').length > 0, 'with a Deployment')
     t.notSame(ofKind(a, 'Secret'), ofKind(b, 'Secret'), 'the Secrets differ')
   }
+})
+
+t.test('the admin listener: its address and /status as values', async (t) => {
+  const defaults = envOf(sidecarOf(one(await render(example), 'Deployment', 'demo-store-auth-proxy')).container)
+  t.match(defaults, { ADMIN_HOST: '0.0.0.0', STATUS_ENDPOINT: 'true' }, 'defaults')
+  const set = envOf(sidecarOf(one(await render([...example, '--set', 'proxy.adminHost=::', '--set', 'proxy.statusEndpoint=false']),
+    'Deployment', 'demo-store-auth-proxy')).container)
+  t.match(set, { ADMIN_HOST: '::', STATUS_ENDPOINT: 'false' }, 'set')
+  const env = (sidecarOf(one(await render([...example, '--set', 'proxy.adminHost=::']), 'Deployment', 'demo-store-auth-proxy')).container.env ?? []) as JsonObject[]
+  t.equal(env.filter((e) => e.name === 'ADMIN_HOST').length, 1, 'ADMIN_HOST once')
+})
+
+t.test('NOTES say who reaches the admin port', async (t) => {
+  const notes = (args: string[]): string => {
+    const out = helmTemplate([...args, '--show-notes'])
+    t.equal(out.status, 0, out.stderr)
+    return out.stderr
+  }
+  t.match(notes(example), /networkPolicy\.adminFrom is empty: only the helm test pod/)
+  t.notMatch(notes([...example, '--set-json', 'networkPolicy.adminFrom=[{"podSelector":{}}]']), /adminFrom is empty/)
+  t.match(notes(['app', CHART, '--set', 'credentials.existingSecret=c']), /including store-auth-proxy\.adminIngress in your pod's NetworkPolicy/)
 })

@@ -132,7 +132,7 @@ t.test('sidecar mode: a parent chart mounts the ConfigMap the dependency renders
   const parent = packagedParent()
   const objects = await render(['shop', parent, '--kube-version', '1.31', ...rules(RULES).map((a) => a.replace(/^rateLimits/, 'store-auth-proxy.rateLimits')),
     '--set', 'store-auth-proxy.rateLimits.redis.existingSecret=store-redis'])
-  t.same(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ['ConfigMap/shop-store-auth-proxy-rate-limits', 'Deployment/shop-my-app'])
+  t.same(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ['ConfigMap/shop-store-auth-proxy-rate-limits', 'Deployment/shop-my-app', 'NetworkPolicy/shop-my-app'])
   const deployment = one(objects, 'Deployment', 'shop-my-app')
   t.match(volumeOf(deployment, 'store-auth-proxy-rate-limits'), { configMap: { name: 'shop-store-auth-proxy-rate-limits' } })
   t.match(rateLimitEnv(sidecarOf(deployment).container), { RATE_LIMITS_FILE: '/etc/store-auth-proxy/rate-limits/rules' })

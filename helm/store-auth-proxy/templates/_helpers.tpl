@@ -261,9 +261,11 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
     - name: PORT
       value: {{ .Values.proxy.port | int64 | quote }}
     - name: ADMIN_HOST
-      value: "0.0.0.0"
+      value: {{ .Values.proxy.adminHost | quote }}
     - name: ADMIN_PORT
       value: {{ .Values.proxy.adminPort | int64 | quote }}
+    - name: STATUS_ENDPOINT
+      value: {{ .Values.proxy.statusEndpoint | quote }}
     - name: TOKEN_TIMEOUT_MS
       value: {{ .Values.proxy.tokenTimeoutMs | int64 | quote }}
     - name: UPSTREAM_TIMEOUT_MS
@@ -420,4 +422,26 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 - name: RATE_LIMIT_REDIS_TIMEOUT_MS
   value: {{ .Values.rateLimits.redis.timeoutMs | int64 | quote }}
 {{- end }}
+{{- end }}
+
+
+{{/*
+The NetworkPolicy ingress rule for the sidecar's admin port: networkPolicy.adminFrom and
+the chart's own `helm test` pod. The chart's policy uses it in example and standalone
+modes; in sidecar mode include it in your own pod's NetworkPolicy (chart README,
+"Reaching the admin port"), with the same context as store-auth-proxy.sidecar.
+*/}}
+{{- define "store-auth-proxy.adminIngress" -}}
+- ports:
+    - port: authproxy-admin
+      protocol: TCP
+  from:
+    {{- with .Values.networkPolicy.adminFrom }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    # The chart's own `helm test` pod, which checks /readyz through the Service.
+    - podSelector:
+        matchLabels:
+          app.kubernetes.io/instance: {{ .Release.Name }}
+          app.kubernetes.io/component: test
 {{- end }}
