@@ -2,7 +2,7 @@
 // (chart README, "Security and admission"), each on a real render validated against
 // Kubernetes' schemas (test/deploy/chart-helm.ts).
 import t from 'tap'
-import { CHART, envOf, helmTemplate, ofKind, one, refusal, render, sidecarOf, type JsonObject, type K8s } from './chart-helm.js'
+import { CHART, envOf, helmTemplate, ofKind, one, podSpec, refusal, render, sidecarOf, type JsonObject, type K8s } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 
 t.setTimeout(240_000)
@@ -73,4 +73,37 @@ t.test('NOTES say who reaches the admin port', async (t) => {
   t.match(notes(example), /networkPolicy\.adminFrom is empty: only the helm test pod/)
   t.notMatch(notes([...example, '--set-json', 'networkPolicy.adminFrom=[{"podSelector":{}}]']), /adminFrom is empty/)
   t.match(notes(['app', CHART, '--set', 'credentials.existingSecret=c']), /including store-auth-proxy\.adminIngress in your pod's NetworkPolicy/)
+})
+
+t.test('replicas spread softly by default; the PDB lets unhealthy pods go; the helm test pod has resources', async (t) => {
+  const objects = await render([...standalone, '--kube-version', '1.31'])
+  const spec = podSpec(one(objects, 'Deployment', 'gateway-store-auth-proxy'))
+  const selector = { 'app.kubernetes.io/name': 'store-auth-proxy', 'app.kubernetes.io/instance': 'gateway' }
+  t.same(spec.affinity, {
+    podAntiAffinity: {
+      preferredDuringSchedulingIgnoredDuringExecution: [{
+        weight: 100, podAffinityTerm: { topologyKey: 'kubernetes.io/hostname', labelSelector: { matchLabels: selector } }
+      }]
+    }
+  }, 'preferred anti-affinity over nodes')
+  t.same(spec.topologySpreadConstraints, [{
+    maxSkew: 1, topologyKey: 'topology.kubernetes.io/zone', whenUnsatisfiable: 'ScheduleAnyway', labelSelector: { matchLabels: selector }
+  }], 'soft spread over zones')
+  t.equal((one(objects, 'PodDisruptionBudget').spec as JsonObject).unhealthyPodEvictionPolicy, 'AlwaysAllow')
+  t.match(one(objects, 'Pod').spec, { containers: [{ resources: { requests: { cpu: String, memory: String }, limits: { cpu: String, memory: String } } }] })
+
+  const single = podSpec(one(await render([...standalone, '--set', 'replicaCount=1']), 'Deployment', 'gateway-store-auth-proxy'))
+  t.equal(single.affinity, undefined, 'one replica: nothing to spread')
+  const off = podSpec(one(await render([...standalone, '--set', 'spreadReplicas=false']), 'Deployment', 'gateway-store-auth-proxy'))
+  t.equal(off.topologySpreadConstraints, undefined, 'spreadReplicas=false: none')
+  const own = podSpec(one(await render([...standalone, '--set-json', 'affinity={"nodeAffinity":{}}']), 'Deployment', 'gateway-store-auth-proxy'))
+  t.same(own.affinity, { nodeAffinity: {} }, 'the user\'s affinity replaces the default')
+  const old = await render(['gateway', CHART, ...CI('standalone-values.yaml'), '--kube-version', '1.26'])
+  t.equal((one(old, 'PodDisruptionBudget').spec as JsonObject).unhealthyPodEvictionPolicy, undefined, 'not before Kubernetes 1.27')
+})
+
+t.test('every object carries the release namespace', async (t) => {
+  const objects = await render([...example, '--namespace', 'shop', '--set', 'metrics.dashboard.enabled=true'])
+  t.ok(objects.length > 5)
+  for (const o of objects) t.equal(o.metadata.namespace, 'shop', `${o.kind}/${o.metadata.name}`)
 })

@@ -66,6 +66,35 @@ The image of the proxy (and of the example caller and stand-in, which it also co
 */}}
 {{- define "store-auth-proxy.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/*
+Annotations for the object that carries the sidecar (a Deployment's own metadata, where
+each tool reads them), exempting it from the default checks of kube-linter, Polaris and
+Checkov that its container trips by design. Each is a false positive or a documented
+choice (chart README, "Security and admission"); Polaris takes only "true", so its reasons
+are here:
+- sensitiveContainerEnvVar (Polaris, danger: its admission webhook denies the pod) and
+  env-var-secret (kube-linter) match variable names holding SECRET or TOKEN with a literal
+  value: CLIENT_SECRET_FILE is a file path, TOKEN_*_MS are durations; the credentials
+  reach the container only as mounted files.
+- no CPU limit (kube-linter unset-cpu-requirements, Polaris cpuLimitsMissing, Checkov
+  CKV_K8S_11): CFS throttling would add latency to every proxied call; the CPU request
+  is set.
+- pull policy (Checkov CKV_K8S_15), only when image.digest pins the image: IfNotPresent
+  then pulls exactly that image.
+Checkov splits its value at "=": no "=" in a reason.
+*/}}
+{{- define "store-auth-proxy.admissionAnnotations" -}}
+polaris.fairwinds.com/sensitiveContainerEnvVar-exempt: "true"
+polaris.fairwinds.com/cpuLimitsMissing-exempt: "true"
+ignore-check.kube-linter.io/env-var-secret: "store-auth-proxy: CLIENT_SECRET_FILE holds a file path; the credentials are mounted files, never env values"
+ignore-check.kube-linter.io/unset-cpu-requirements: "store-auth-proxy: no CPU limit by design, CFS throttling would add latency to every proxied call; the CPU request is set"
+checkov.io/skip1: "CKV_K8S_11=store-auth-proxy: no CPU limit by design, CFS throttling would add latency to every proxied call; the CPU request is set"
+{{- if and .Values.image.digest (ne .Values.image.pullPolicy "Always") }}
+checkov.io/skip2: "CKV_K8S_15=store-auth-proxy: the image is pinned by digest, so IfNotPresent pulls exactly that image"
+{{- end }}
 {{- end }}
 
 {{/*
