@@ -2,7 +2,7 @@
 // (chart README, "Security and admission"), each on a real render validated against
 // Kubernetes' schemas (test/deploy/chart-helm.ts).
 import t from 'tap'
-import { CHART, envOf, helmTemplate, ofKind, one, podSpec, refusal, render, sidecarOf, type JsonObject, type K8s } from './chart-helm.js'
+import { CHART, envOf, helmTemplate, ofKind, one, podSpec, refusal, render, sidecarOf, type Json, type JsonObject, type K8s } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 
 t.setTimeout(240_000)
@@ -106,4 +106,11 @@ t.test('every object carries the release namespace', async (t) => {
   const objects = await render([...example, '--namespace', 'shop', '--set', 'metrics.dashboard.enabled=true'])
   t.ok(objects.length > 5)
   for (const o of objects) t.equal(o.metadata.namespace, 'shop', `${o.kind}/${o.metadata.name}`)
+})
+
+t.test('the startup probe: /livez by default (pods start while TI is down), /readyz by choice', async (t) => {
+  const probe = async (args: string[]): Promise<Json> =>
+    sidecarOf(one(await render([...example, ...args]), 'Deployment', 'demo-store-auth-proxy')).container.startupProbe as Json
+  t.match(await probe([]), { httpGet: { path: '/livez', port: 'authproxy-admin' } }, 'default: started once listening')
+  t.match(await probe(['--set', 'startupProbe.httpGet.path=/readyz']), { httpGet: { path: '/readyz' } }, 'chosen: started with the first token')
 })
