@@ -80,6 +80,8 @@ const all = (): boolean => true
 const renders: Array<[string, string[], (f: Finding) => boolean]> = [
   ['example', ['demo', CHART, ...CI('example-values.yaml'), '--kube-version', '1.31', '--namespace', 'shop', '--set', 'replicaCount=2'], all],
   ['standalone', ['gateway', CHART, ...CI('standalone-values.yaml'), '--kube-version', '1.31', '--namespace', 'shop'], all],
+  ['standalone behind an egress proxy from a Secret', ['gateway', CHART, ...CI('standalone-values.yaml'), '--kube-version', '1.31', '--namespace', 'shop',
+    '--set', 'egressProxy.existingSecret.name=egress', '--set', 'egressProxy.existingSecret.key=url'], all],
   ['plain sidecar', ['demo', CHART, ...CI('plain-sidecar-values.yaml'), '--kube-version', '1.31', '--namespace', 'shop'], all],
   ['embedded in a parent', ['shop', packagedParent(EXAMPLE), '--kube-version', '1.31', '--namespace', 'shop'], (f) => f[2].endsWith(' store-auth-proxy')]
 ]

@@ -84,6 +84,8 @@ are here:
   is set.
 - pull policy (Checkov CKV_K8S_15), only when image.digest pins the image: IfNotPresent
   then pulls exactly that image.
+- a secret through env (Checkov CKV_K8S_35), only for egressProxy.existingSecret: proxy
+  settings are read from HTTPS_PROXY alone.
 Checkov splits its value at "=": no "=" in a reason.
 */}}
 {{- define "store-auth-proxy.admissionAnnotations" -}}
@@ -94,6 +96,9 @@ ignore-check.kube-linter.io/unset-cpu-requirements: "store-auth-proxy: no CPU li
 checkov.io/skip1: "CKV_K8S_11=store-auth-proxy: no CPU limit by design, CFS throttling would add latency to every proxied call; the CPU request is set"
 {{- if and .Values.image.digest (ne .Values.image.pullPolicy "Always") }}
 checkov.io/skip2: "CKV_K8S_15=store-auth-proxy: the image is pinned by digest, so IfNotPresent pulls exactly that image"
+{{- end }}
+{{- if .Values.egressProxy.existingSecret.name }}
+checkov.io/skip5: "CKV_K8S_35=store-auth-proxy: HTTPS_PROXY is read from the environment only; the Secret keeps its credentials out of the pod spec"
 {{- end }}
 {{- end }}
 
@@ -268,6 +273,7 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
 {{- define "store-auth-proxy.sidecar" -}}
 {{- include "store-auth-proxy.checkNative" . -}}
 {{- include "store-auth-proxy.checkHost" . -}}
+{{- include "store-auth-proxy.checkEgressProxy" . -}}
 - name: store-auth-proxy
   image: {{ include "store-auth-proxy.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -323,6 +329,9 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
       value: {{ .Values.proxy.accessLog | quote }}
     - name: LOG_LEVEL
       value: {{ .Values.proxy.logLevel | quote }}
+    {{- with include "store-auth-proxy.egressProxyEnv" . | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- with include "store-auth-proxy.rateLimitsEnv" . | trim }}
     {{- . | nindent 4 }}
     {{- end }}
@@ -443,6 +452,14 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 - name: RATE_LIMIT_COOLDOWN_MAX_MS
   value: {{ .Values.rateLimits.cooldownMaxMs | int64 | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.fleetSize) }}
+- name: RATE_LIMIT_FLEET_SIZE
+  value: {{ .Values.rateLimits.fleetSize | int64 | quote }}
+{{- else if and .Values.rateLimits.redis.existingSecret (ne .Values.mode "sidecar") }}
+# The chart's own Deployment: its replicas plus the rolling update's default surge (25%, rounded up).
+- name: RATE_LIMIT_FLEET_SIZE
+  value: {{ $replicas := .Values.replicaCount | int64 }}{{ add $replicas (div (add $replicas 3) 4) | max 1 | quote }}
+{{- end }}
 {{- if .Values.rateLimits.redis.existingSecret }}
 - name: RATE_LIMIT_REDIS_URL_FILE
   value: {{ printf "%s/%s" .Values.rateLimits.redis.mountPath .Values.rateLimits.redis.key | quote }}
@@ -473,4 +490,48 @@ modes; in sidecar mode include it in your own pod's NetworkPolicy (chart README,
         matchLabels:
           app.kubernetes.io/instance: {{ .Release.Name }}
           app.kubernetes.io/component: test
+{{- end }}
+
+{{/*
+Fails the render of an egress proxy URL that would put credentials in a plain env value
+(readable by anyone who may `get pods`), or that is set twice.
+*/}}
+{{- define "store-auth-proxy.checkEgressProxy" -}}
+{{- with .Values.egressProxy }}
+{{- if contains "@" .url }}
+{{- fail "store-auth-proxy: egressProxy.url carries credentials (user:password@), which would show in the pod spec; put the URL in a Secret and set egressProxy.existingSecret.name and .key" }}
+{{- end }}
+{{- if and .url .existingSecret.name }}
+{{- fail "store-auth-proxy: set egressProxy.url or egressProxy.existingSecret, not both" }}
+{{- end }}
+{{- if and .existingSecret.name (not .existingSecret.key) }}
+{{- fail "store-auth-proxy: egressProxy.existingSecret.key is empty: name the key holding the proxy URL in the Secret" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+HTTPS_PROXY and NO_PROXY when egressProxy is set. NO_PROXY always holds the addresses the
+sidecar reaches directly: its own loopback and, with the stand-in, the stand-in's Service.
+*/}}
+{{- define "store-auth-proxy.egressProxyEnv" -}}
+{{- with .Values.egressProxy }}
+{{- if or .url .existingSecret.name }}
+- name: HTTPS_PROXY
+  {{- if .url }}
+  value: {{ .url | quote }}
+  {{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret.name }}
+      key: {{ .existingSecret.key }}
+  {{- end }}
+{{- $direct := list "localhost" "127.0.0.1" "::1" }}
+{{- if $.Values.standIn.enabled }}
+{{- $direct = append $direct (include "store-auth-proxy.standInName" $) }}
+{{- end }}
+- name: NO_PROXY
+  value: {{ concat $direct .noProxy | uniq | join "," | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
