@@ -149,7 +149,11 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {
   const dockerfile = read('Dockerfile')
   const from = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1])
-  t.same(from, ['docker.io/library/node:24-bookworm-slim', 'docker.io/library/node:24-bookworm-slim', 'gcr.io/distroless/nodejs24-debian12:nonroot'])
+  const arg = (name: string): string => '$' + `{${name}}`
+  t.same(from, [arg('BUILD_BASE'), arg('BUILD_BASE'), arg('RUNTIME_BASE')], 'the bases are build arguments, to be pinned by digest')
+  const head = dockerfile.slice(0, dockerfile.search(/^FROM /m))
+  t.match(head, /^ARG BUILD_BASE=docker\.io\/library\/node:24-bookworm-slim$/m, 'the build base by default')
+  t.match(head, /^ARG RUNTIME_BASE=gcr\.io\/distroless\/nodejs24-debian12:nonroot$/m, 'the runtime base by default')
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
   t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
   t.match(runtime, /^EXPOSE 8080 9090$/m)
@@ -160,7 +164,7 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
   t.match(dockerfile, /npm ci --omit=dev --ignore-scripts/, 'production dependencies only in the runtime')
   t.notMatch(runtime, /^RUN /m, 'nothing runs in the runtime stage (it has no shell)')
-  for (const label of ['title', 'description', 'version', 'revision', 'licenses']) {
+  for (const label of ['title', 'description', 'version', 'revision', 'licenses', 'source', 'created', 'base\\.name', 'base\\.digest']) {
     t.match(runtime, new RegExp(`org\\.opencontainers\\.image\\.${label}=`), `OCI label ${label}`)
   }
 })
@@ -185,6 +189,9 @@ t.test('Dockerfile: one version (package.json\'s), a build-time revision, both i
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
   t.match(runtime, /org\.opencontainers\.image\.version="\$\{VERSION\}"/)
   t.match(runtime, /org\.opencontainers\.image\.revision="\$\{REVISION\}"/)
+  t.match(runtime, /^ARG RUNTIME_BASE$/m, 'the base named again in the runtime stage, to be read in its label')
+  t.match(runtime, /org\.opencontainers\.image\.base\.name="\$\{RUNTIME_BASE\}"/)
+  t.match(runtime, /org\.opencontainers\.image\.base\.digest="\$\{RUNTIME_BASE_DIGEST\}"/)
 })
 
 t.test('.dockerignore: an allow-list that keeps secrets and local state out of the context', async (t) => {

@@ -135,7 +135,9 @@ echo "== build ($(elapsed))"
 t0=$(date +%s%N)
 version=$(node -p 'require("./package.json").version')
 revision=ci-$run
-podman build --pull=never --format docker --build-arg REVISION="$revision" -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
+base_digest=$(podman image inspect --format '{{.Digest}}' gcr.io/distroless/nodejs24-debian12:nonroot)
+podman build --pull=never --format docker --build-arg REVISION="$revision" --build-arg RUNTIME_BASE_DIGEST="$base_digest" \
+  -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
   || { tail -40 "/tmp/$run-build.log"; echo "containers: the image did not build" >&2; exit 1; }
 image=$(podman image inspect --format '{{.Id}}' store-auth-proxy:test)
 echo "built ${image:0:12} in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -155,11 +157,15 @@ check "image entrypoint runs node directly, exec form" \
 check "image HEALTHCHECK is exec form (no shell)" \
   eq "$(inspect '{{json .Config.Healthcheck.Test}}')" '["CMD","/nodejs/bin/node","/app/dist/main.js","healthcheck"]'
 labels=$(inspect '{{json .Config.Labels}}')
-for label in title description version revision licenses; do
+for label in title description version revision licenses source created base.name base.digest; do
   check "image carries the OCI label org.opencontainers.image.$label" has "$labels" "\"org.opencontainers.image.$label\""
 done
 check "the version label is package.json's ($version)" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.version"}}')" "$version"
 check "the revision label is the REVISION build argument" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.revision"}}')" "$revision"
+check "the base.name label is the runtime base" \
+  eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.base.name"}}')" gcr.io/distroless/nodejs24-debian12:nonroot
+check "the base.digest label is the RUNTIME_BASE_DIGEST build argument ($base_digest)" \
+  eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.base.digest"}}')" "$base_digest"
 said=$(quiet_podman run --rm "$image" --version)
 check "--version in the image says the version, the build's revision and node 24 (got: $said)" \
   has "$said" "store-auth-proxy $version (revision $revision, node v24."
