@@ -20,6 +20,7 @@ interface Service {
   pull_policy?: string
   command?: string[]
   network_mode?: string
+  networks?: string[]
   ports?: string[]
   environment?: Record<string, string>
   secrets?: string[]
@@ -30,7 +31,11 @@ interface Service {
   cap_drop?: string[]
   security_opt?: string[]
 }
-interface Compose { services: Record<string, Service>, secrets: Record<string, { file: string }> }
+interface Compose {
+  services: Record<string, Service>
+  secrets: Record<string, { file: string }>
+  networks?: Record<string, { internal?: boolean }>
+}
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
 const all = compose.services
@@ -109,11 +114,22 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
   t.equal(redis.image, 'docker.io/library/redis:7-bookworm', 'the official image name (test/deploy/local-redis-image.sh stands in for it)')
   t.equal(redis.build, undefined)
   t.equal(redis.user, '999:999', 'the official image\'s redis user: no root, no capability needed')
-  t.equal(redis.ports, undefined, 'Redis is reachable on the compose network only')
+  t.equal(redis.ports, undefined, 'Redis publishes no port')
   t.same(redis.command, ['redis-server', '/run/secrets/redis_conf'])
-  t.match(read(compose.secrets.redis_conf?.file ?? ''), /^requirepass (\S+)$/m)
-  const password = /^requirepass (\S+)$/m.exec(read(compose.secrets.redis_conf?.file ?? ''))?.[1] ?? ''
-  t.equal(trimCredential(read(compose.secrets.redis_url?.file ?? '')), `redis://default:${password}@redis:6379`, 'the URL the sidecars read carries that password')
+  t.same(redis.networks, ['fleet-redis'], 'Redis only on its own network')
+  t.same(compose.networks?.['fleet-redis'], { internal: true }, 'which has no route out')
+  for (const [name, s] of Object.entries(all)) {
+    const joins = s.networks?.includes('fleet-redis') === true
+    t.equal(joins, name === 'redis' || /^fleet-caller-[ab]$/.test(name), `${name} ${joins ? 'joins' : 'stays off'} fleet-redis`)
+  }
+  const conf = read(compose.secrets.redis_conf?.file ?? '')
+  t.match(conf, /^user default off$/m, 'no default user')
+  t.notMatch(conf, /^requirepass /m, 'no password for the default user')
+  const password = /^user store-auth-proxy on >(\S+) /m.exec(conf)?.[1] ?? ''
+  t.ok(password.length > 8, 'the sidecars\' user has a password')
+  t.equal(trimCredential(read(compose.secrets.redis_url?.file ?? '')), `redis://store-auth-proxy:${password}@redis:6379`,
+    'the URL the sidecars read names that user and password (test/deploy/compose-redis-acl.test.ts tries it)')
+  t.match(JSON.stringify(redis.healthcheck?.test), /--user healthcheck/, 'the healthcheck logs in as its own PING-only user')
 
   const rules: string[] = []
   for (const side of ['a', 'b']) {

@@ -116,7 +116,7 @@ cleanup () {
   if [ -n "$(podman ps -a -q --filter "label=com.docker.compose.project=$run" 2>/dev/null)" ]; then
     "${compose[@]}" down >/dev/null 2>&1
   fi
-  podman network rm -f "${run}_default" >/dev/null 2>&1
+  podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1
 }
 trap 'aborted=1' ERR
 trap 'aborted=1; exit 130' INT TERM
@@ -307,7 +307,8 @@ echo "podman-compose up -d (fleet) took $(( ($(date +%s%N) - t0) / 1000000 )) ms
 redis="${run}_redis_1" fleet_a="${run}_fleet-sidecar-a_1" fleet_b="${run}_fleet-sidecar-b_1"
 caller_a="${run}_fleet-caller-a_1" caller_b="${run}_fleet-caller-b_1"
 admin_a="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A" admin_b="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B"
-password=$(sed -n 's/^requirepass //p' "$repo/deploy/demo-secrets/redis.conf")
+password=$(sed -n 's/^user store-auth-proxy on >\([^ ]*\) .*/\1/p' "$repo/deploy/demo-secrets/redis.conf")
+check "the demo config gives the sidecars' user a password" test -n "$password"
 
 check "the Redis container runs the official image name ($(podman inspect --format '{{.ImageName}}' "$redis"))" \
   eq "$(podman inspect --format '{{.ImageName}}' "$redis")" docker.io/library/redis:7-bookworm
@@ -322,6 +323,14 @@ on_redis () { curl -s "$1/status" | node -e '
 check "sidecar a's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_a"
 check "sidecar b's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_b"
 check "the Redis healthcheck passes" quiet_podman healthcheck run "$redis"
+# Redis on its own internal network: the fleet callers' namespaces reach it, the stand-in
+# (on the default network only) does not even resolve its name.
+reach_redis () { podman exec "$1" /nodejs/bin/node -e "
+  const s = require('node:net').connect(6379, 'redis', () => { console.log('open'); s.destroy() })
+  s.on('error', (e) => console.log(e.code)).setTimeout(3000, () => { console.log('timeout'); s.destroy() })"; }
+check "sidecar a's namespace reaches Redis" eq "$(reach_redis "$caller_a")" open
+stand_in_says=$(reach_redis "${run}_stand-in_1" 2>&1)
+check "the stand-in cannot reach Redis (got: $stand_in_says)" test "$stand_in_says" != open
 
 # The catalog rule (1/4h 6/1d) spent through sidecar a, then asked of sidecar b. From inside
 # each caller: the sidecars listen on their pod's loopback only. The stand-in has no catalog
@@ -362,7 +371,7 @@ for c in "${fleet_containers[@]}"; do
 done
 show_logs_on_failure "${fleet_containers[@]}"
 "${compose[@]}" down >/dev/null 2>&1
-podman network rm -f "${run}_default" >/dev/null 2>&1 || true
+podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1 || true
 check "podman-compose down removes every fleet container" \
   test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
 
