@@ -2,7 +2,7 @@
 // (chart README, "Security and admission"), each on a real render validated against
 // Kubernetes' schemas (test/deploy/chart-helm.ts).
 import t from 'tap'
-import { CHART, envOf, helmTemplate, ofKind, one, podSpec, refusal, render, sidecarOf, type Json, type JsonObject, type K8s } from './chart-helm.js'
+import { CHART, envOf, helmTemplate, ofKind, one, packagedParent, podSpec, refusal, render, sidecarOf, type Json, type JsonObject, type K8s } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 
 t.setTimeout(240_000)
@@ -32,6 +32,11 @@ t.test('refusals: one clear line each', async (t) => {
     t.match(stderr, message, name)
     t.equal(stderr.split('\n').filter((l) => l.includes('store-auth-proxy:')).length, 1, `${name}: one line`)
   }
+})
+
+t.test('the named sidecar template refuses a non-loopback proxy host in the parent\'s pod too', async (t) => {
+  t.match(refusal(['shop', packagedParent(), '--kube-version', '1.31', '--set', 'store-auth-proxy.proxy.host=0.0.0.0']),
+    /proxy\.host=0\.0\.0\.0 would let any pod of the cluster call the proxy.*in mode sidecar it must be loopback/)
 })
 
 t.test('what still renders next to the refusals', async (t) => {
