@@ -119,3 +119,14 @@ t.test('the startup probe: /livez by default (pods start while TI is down), /rea
   t.match(await probe([]), { httpGet: { path: '/livez', port: 'authproxy-admin' } }, 'default: started once listening')
   t.match(await probe(['--set', 'startupProbe.httpGet.path=/readyz']), { httpGet: { path: '/readyz' } }, 'chosen: started with the first token')
 })
+
+t.test('proxy.extraEnv cannot override what the chart renders, nor pass a secret as a value', async (t) => {
+  t.match(refusal([...example, '--set-json', 'proxy.extraEnv=[{"name":"HOST","value":"0.0.0.0"}]']),
+    /proxy\.extraEnv sets HOST, which the chart already renders from its values/, 'HOST: the loopback check would be bypassed')
+  t.match(refusal([...example, '--set-json', 'proxy.extraEnv=[{"name":"ADMIN_HOST","value":"::"}]']), /extraEnv sets ADMIN_HOST/)
+  t.match(refusal([...example, '--set-json', 'proxy.extraEnv=[{"name":"CLIENT_SECRET","value":"x"}]']),
+    /extraEnv sets CLIENT_SECRET, a secret as an env value/)
+  const env = sidecarOf(one(await render([...example, '--set-json', 'proxy.extraEnv=[{"name":"UV_THREADPOOL_SIZE","value":"2"},{"name":"HOSTNAME_X","value":"y"}]']),
+    'Deployment', 'demo-store-auth-proxy')).container.env as JsonObject[]
+  t.same(env.slice(-2), [{ name: 'UV_THREADPOOL_SIZE', value: '2' }, { name: 'HOSTNAME_X', value: 'y' }], 'other names pass, last')
+})

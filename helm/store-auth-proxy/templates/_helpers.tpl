@@ -270,6 +270,64 @@ The sidecar container, as one entry of a pod's `initContainers` (native sidecar)
 as a dependency, pass `(index .Subcharts "store-auth-proxy")`. See the chart README.
 Numbers go through int64: Helm reads values as float64, which would print 3.6e+06.
 */}}
+{{/*
+The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes after).
+*/}}
+{{- define "store-auth-proxy.env" -}}
+- name: AUTH_URL
+  value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.authUrl .Values.standIn.enabled | quote }}
+- name: UPSTREAM_URL
+  value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.upstreamUrl .Values.standIn.enabled | quote }}
+- name: CLIENT_ID_FILE
+  value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientIdKey | quote }}
+- name: CLIENT_SECRET_FILE
+  value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientSecretKey | quote }}
+- name: HOST
+  value: {{ include "store-auth-proxy.host" . | quote }}
+- name: PORT
+  value: {{ .Values.proxy.port | int64 | quote }}
+- name: ADMIN_HOST
+  value: {{ .Values.proxy.adminHost | quote }}
+- name: ADMIN_PORT
+  value: {{ .Values.proxy.adminPort | int64 | quote }}
+- name: STATUS_ENDPOINT
+  value: {{ .Values.proxy.statusEndpoint | quote }}
+- name: TOKEN_TIMEOUT_MS
+  value: {{ .Values.proxy.tokenTimeoutMs | int64 | quote }}
+- name: UPSTREAM_TIMEOUT_MS
+  value: {{ .Values.proxy.upstreamTimeoutMs | int64 | quote }}
+- name: TOKEN_REFRESH_MARGIN_MS
+  value: {{ .Values.proxy.tokenRefreshMarginMs | int64 | quote }}
+- name: TOKEN_WAIT_MS
+  value: {{ .Values.proxy.tokenWaitMs | int64 | quote }}
+- name: SHUTDOWN_GRACE_MS
+  value: {{ .Values.proxy.shutdownGraceMs | int64 | quote }}
+- name: SHUTDOWN_DELAY_MS
+  value: {{ include "store-auth-proxy.shutdownDelayMs" . | quote }}
+- name: MAX_HEADER_BYTES
+  value: {{ .Values.proxy.maxHeaderBytes | int64 | quote }}
+- name: MAX_BODY_BYTES
+  value: {{ .Values.proxy.maxBodyBytes | int64 | quote }}
+- name: HEADERS_TIMEOUT_MS
+  value: {{ .Values.proxy.headersTimeoutMs | int64 | quote }}
+- name: REQUEST_TIMEOUT_MS
+  value: {{ .Values.proxy.requestTimeoutMs | int64 | quote }}
+- name: KEEP_ALIVE_TIMEOUT_MS
+  value: {{ .Values.proxy.keepAliveTimeoutMs | int64 | quote }}
+- name: IDLE_TIMEOUT_MS
+  value: {{ .Values.proxy.idleTimeoutMs | int64 | quote }}
+- name: ACCESS_LOG
+  value: {{ .Values.proxy.accessLog | quote }}
+- name: LOG_LEVEL
+  value: {{ .Values.proxy.logLevel | quote }}
+{{- with include "store-auth-proxy.egressProxyEnv" . | trim }}
+{{ . }}
+{{- end }}
+{{- with include "store-auth-proxy.rateLimitsEnv" . | trim }}
+{{ . }}
+{{- end }}
+{{- end }}
+
 {{- define "store-auth-proxy.sidecar" -}}
 {{- include "store-auth-proxy.checkNative" . -}}
 {{- include "store-auth-proxy.checkHost" . -}}
@@ -283,58 +341,16 @@ Numbers go through int64: Helm reads values as float64, which would print 3.6e+0
   {{- end }}
   args: ["serve"]
   env:
-    - name: AUTH_URL
-      value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.authUrl .Values.standIn.enabled | quote }}
-    - name: UPSTREAM_URL
-      value: {{ ternary (include "store-auth-proxy.standInUrl" .) .Values.proxy.upstreamUrl .Values.standIn.enabled | quote }}
-    - name: CLIENT_ID_FILE
-      value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientIdKey | quote }}
-    - name: CLIENT_SECRET_FILE
-      value: {{ printf "%s/%s" .Values.credentials.mountPath .Values.credentials.clientSecretKey | quote }}
-    - name: HOST
-      value: {{ include "store-auth-proxy.host" . | quote }}
-    - name: PORT
-      value: {{ .Values.proxy.port | int64 | quote }}
-    - name: ADMIN_HOST
-      value: {{ .Values.proxy.adminHost | quote }}
-    - name: ADMIN_PORT
-      value: {{ .Values.proxy.adminPort | int64 | quote }}
-    - name: STATUS_ENDPOINT
-      value: {{ .Values.proxy.statusEndpoint | quote }}
-    - name: TOKEN_TIMEOUT_MS
-      value: {{ .Values.proxy.tokenTimeoutMs | int64 | quote }}
-    - name: UPSTREAM_TIMEOUT_MS
-      value: {{ .Values.proxy.upstreamTimeoutMs | int64 | quote }}
-    - name: TOKEN_REFRESH_MARGIN_MS
-      value: {{ .Values.proxy.tokenRefreshMarginMs | int64 | quote }}
-    - name: TOKEN_WAIT_MS
-      value: {{ .Values.proxy.tokenWaitMs | int64 | quote }}
-    - name: SHUTDOWN_GRACE_MS
-      value: {{ .Values.proxy.shutdownGraceMs | int64 | quote }}
-    - name: SHUTDOWN_DELAY_MS
-      value: {{ include "store-auth-proxy.shutdownDelayMs" . | quote }}
-    - name: MAX_HEADER_BYTES
-      value: {{ .Values.proxy.maxHeaderBytes | int64 | quote }}
-    - name: MAX_BODY_BYTES
-      value: {{ .Values.proxy.maxBodyBytes | int64 | quote }}
-    - name: HEADERS_TIMEOUT_MS
-      value: {{ .Values.proxy.headersTimeoutMs | int64 | quote }}
-    - name: REQUEST_TIMEOUT_MS
-      value: {{ .Values.proxy.requestTimeoutMs | int64 | quote }}
-    - name: KEEP_ALIVE_TIMEOUT_MS
-      value: {{ .Values.proxy.keepAliveTimeoutMs | int64 | quote }}
-    - name: IDLE_TIMEOUT_MS
-      value: {{ .Values.proxy.idleTimeoutMs | int64 | quote }}
-    - name: ACCESS_LOG
-      value: {{ .Values.proxy.accessLog | quote }}
-    - name: LOG_LEVEL
-      value: {{ .Values.proxy.logLevel | quote }}
-    {{- with include "store-auth-proxy.egressProxyEnv" . | trim }}
-    {{- . | nindent 4 }}
+    {{- $env := include "store-auth-proxy.env" . }}
+    {{- range .Values.proxy.extraEnv }}
+    {{- if regexMatch (printf "(?m)^- name: %s$" (regexQuoteMeta .name)) $env }}
+    {{- fail (printf "store-auth-proxy: proxy.extraEnv sets %s, which the chart already renders from its values; set that value instead (a second entry would silently override it and its checks)" .name) }}
     {{- end }}
-    {{- with include "store-auth-proxy.rateLimitsEnv" . | trim }}
-    {{- . | nindent 4 }}
+    {{- if has .name (list "CLIENT_ID" "CLIENT_SECRET" "RATE_LIMIT_REDIS_URL") }}
+    {{- fail (printf "store-auth-proxy: proxy.extraEnv sets %s, a secret as an env value; the chart mounts the credentials and the Redis URL as files" .name) }}
     {{- end }}
+    {{- end }}
+    {{- $env | nindent 4 }}
     {{- with .Values.proxy.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
