@@ -118,6 +118,8 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
   t.same(redis.command, ['redis-server', '/run/secrets/redis_conf'])
   t.same(redis.networks, ['fleet-redis'], 'Redis only on its own network')
   t.same(compose.networks?.['fleet-redis'], { internal: true }, 'which has no route out')
+  // podman-compose 1.0.3 puts services without `networks:` on the sole declared network.
+  t.same(compose.networks?.default, {}, 'the default network declared too, so the other services stay on it')
   for (const [name, s] of Object.entries(all)) {
     const joins = s.networks?.includes('fleet-redis') === true
     t.equal(joins, name === 'redis' || /^fleet-caller-[ab]$/.test(name), `${name} ${joins ? 'joins' : 'stays off'} fleet-redis`)

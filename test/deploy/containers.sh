@@ -248,6 +248,8 @@ default_services=(stand-in caller store-auth-proxy)
 rm -f "/tmp/$run-compose.log"
 echo "podman-compose up -d --build took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 sidecar="${run}_store-auth-proxy_1" caller="${run}_caller_1" stand_in="${run}_stand-in_1"
+check "without the profile, the services are on the default network only" \
+  eq "$(podman inspect --format '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "${run}_caller_1")" "${run}_default "
 check "without the profile, up starts the three services of old" \
   eq "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}' | sort | paste -sd ' ')" \
   "${run}_caller_1 ${run}_stand-in_1 ${run}_store-auth-proxy_1"
