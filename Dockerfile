@@ -10,11 +10,23 @@
 # certificates and /etc/passwd and nothing else: no shell, no package manager, no npm, so
 # a compromised process finds no tools and there are no OS packages to patch beyond glibc.
 # The costs: no `sh` for debugging (use `kubectl debug` or the `:debug-nonroot` tag) and
-# shell-form HEALTHCHECKs cannot work; ours is exec form. Pin both bases by digest in your
-# own pipeline (`FROM ...@sha256:...`) if you need reproducible builds.
+# shell-form HEALTHCHECKs cannot work; ours is exec form.
+#
+# Both bases are build arguments, so a pipeline pins them by digest without editing this
+# file, and the runtime's digest lands in the image's labels for scanners and SBOMs:
+#   docker build \
+#     --build-arg BUILD_BASE=docker.io/library/node:24-bookworm-slim@sha256:<digest> \
+#     --build-arg RUNTIME_BASE=gcr.io/distroless/nodejs24-debian12:nonroot@sha256:<digest> \
+#     --build-arg RUNTIME_BASE_DIGEST=sha256:<digest> \
+#     --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+#     --build-arg SOURCE=https://<your git host>/<your repository> \
+#     -t store-auth-proxy .
+# (`docker buildx imagetools inspect <image>` or `crane digest <image>` print a digest.)
+ARG BUILD_BASE=docker.io/library/node:24-bookworm-slim
+ARG RUNTIME_BASE=gcr.io/distroless/nodejs24-debian12:nonroot
 
 # --- build: compile TypeScript with the dev dependencies -----------------------------
-FROM docker.io/library/node:24-bookworm-slim AS build
+FROM ${BUILD_BASE} AS build
 WORKDIR /app
 # Manifests first: this layer is rebuilt only when the lockfile changes, not on every
 # source edit. No install scripts are needed to run tsc.
@@ -40,14 +52,14 @@ RUN node -e 'const v = require("./package.json").version; if (process.argv[1] !=
 # Depends on the lockfile alone, so it stays cached across source changes (and BuildKit
 # builds it in parallel with the stage above). No package in the lockfile has an install
 # script, so --ignore-scripts loses nothing.
-FROM docker.io/library/node:24-bookworm-slim AS deps
+FROM ${BUILD_BASE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN --mount=type=cache,target=/root/.npm \
     npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 
 # --- runtime ---------------------------------------------------------------------------
-FROM gcr.io/distroless/nodejs24-debian12:nonroot
+FROM ${RUNTIME_BASE}
 WORKDIR /app
 # Owned by root and not writable by the process: the code cannot be changed at run time
 # even where the root filesystem is left writable. Nothing is written at run time, so
@@ -72,12 +84,23 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/main.js"]
 CMD ["serve"]
 
-# The same build arguments as the build stage (checked there against package.json).
+# The same build arguments as the build stage (checked there against package.json), the
+# base (declared before the first FROM, so named again here to be read), and what a scanner
+# or SBOM tool reads: where the source is (SOURCE, your repository's URL), when the image
+# was built (CREATED) and the base's digest (RUNTIME_BASE_DIGEST). Each is empty unless
+# given, so that a rebuild of the same inputs is the same image.
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+ARG RUNTIME_BASE
+ARG RUNTIME_BASE_DIGEST=
+ARG CREATED=
+ARG SOURCE=
 LABEL org.opencontainers.image.title="store-auth-proxy" \
       org.opencontainers.image.description="Authenticating reverse-proxy sidecar for the TI store API: one OAuth 2.0 client-credentials token, refreshed ahead, injected as a Bearer header" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="MIT" \
-      org.opencontainers.image.base.name="gcr.io/distroless/nodejs24-debian12:nonroot"
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="${RUNTIME_BASE}" \
+      org.opencontainers.image.base.digest="${RUNTIME_BASE_DIGEST}"

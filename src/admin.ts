@@ -15,6 +15,8 @@ export interface AdminOptions {
   version: string
   /** The effective configuration, credentials only as their origin (status.ts configSummary). */
   config: ConfigSummary
+  /** Serve /status (default true); false leaves it unrouted, so it answers 404. */
+  statusEndpoint?: boolean
   clock?: Clock
 }
 
@@ -37,7 +39,7 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, quota, isDraining, version, config, clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -63,19 +65,22 @@ export async function adminRoutes (
   })
 
   // Always 200: the answer is about the sidecar, not a probe (readiness is in the body).
-  app.get('/status', async (_request, reply) => {
-    const token = tokens.state()
-    reply.header('cache-control', 'no-store')
-    return statusDocument({
-      version,
-      uptimeMs: clock.now() - startedAt,
-      wallNow: clock.wallNow(),
-      token,
-      readiness: readiness(token, isDraining()),
-      config,
-      ...(quota === undefined ? {} : { rateLimits: quota.status() })
+  // It needs no authentication and names URLs, paths and rules: STATUS_ENDPOINT=false turns it off.
+  if (statusEndpoint) {
+    app.get('/status', async (_request, reply) => {
+      const token = tokens.state()
+      reply.header('cache-control', 'no-store')
+      return statusDocument({
+        version,
+        uptimeMs: clock.now() - startedAt,
+        wallNow: clock.wallNow(),
+        token,
+        readiness: readiness(token, isDraining()),
+        config,
+        ...(quota === undefined ? {} : { rateLimits: quota.status() })
+      })
     })
-  })
+  }
 
   app.get('/metrics', async (_request, reply) => {
     reply.type(metrics.registry.contentType)

@@ -87,7 +87,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     logController: new LogController({ disableRequestLogging: true })
   })
   await admin.register(adminRoutes, {
-    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), ...(clock === undefined ? {} : { clock })
+    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
 
   return {

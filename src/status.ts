@@ -49,6 +49,7 @@ export function configSummary (config: Config): ConfigSummary {
     RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
     RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
     ACCESS_LOG: config.accessLog,
+    STATUS_ENDPOINT: config.statusEndpoint,
     LOG_LEVEL: config.logLevel
   })
 }

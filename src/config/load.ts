@@ -38,6 +38,8 @@ export interface Config {
   /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
   readonly upstreamQueueLimit: number
   readonly accessLog: boolean
+  /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
+  readonly statusEndpoint: boolean
   readonly logLevel: LogLevel
   readonly rateLimits: RateLimitConfig
 }
@@ -94,6 +96,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
     upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
     accessLog: raw.ACCESS_LOG,
+    statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
     rateLimits
   })

@@ -78,6 +78,7 @@ export const schema = {
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
     ACCESS_LOG: { type: 'boolean', default: false },
+    STATUS_ENDPOINT: { type: 'boolean', default: true },
     LOG_LEVEL: logLevel
   }
 } as const

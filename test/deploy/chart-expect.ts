@@ -49,7 +49,7 @@ export function checkSidecar (t: Tap, deployment: K8s, expect: Expect): Containe
   t.match(container, {
     livenessProbe: { httpGet: { path: '/livez', port: 'authproxy-admin' } },
     readinessProbe: { httpGet: { path: '/readyz', port: 'authproxy-admin' } },
-    startupProbe: { httpGet: { path: '/readyz', port: 'authproxy-admin' } },
+    startupProbe: { httpGet: { path: '/livez', port: 'authproxy-admin' } },
     securityContext: {
       runAsNonRoot: true,
       runAsUser: 65532,

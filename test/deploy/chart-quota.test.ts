@@ -67,6 +67,8 @@ t.test('rules and Redis: the ConfigMap, its read-only mount, the env, the Redis 
     RATE_LIMIT_COOLDOWN_MS: '2000',
     // int64: Helm reads numbers as float64, which would print 3.6e+06.
     RATE_LIMIT_COOLDOWN_MAX_MS: '3600000',
+    // replicaCount 1 plus the rolling update's surge.
+    RATE_LIMIT_FLEET_SIZE: '2',
     RATE_LIMIT_REDIS_URL_FILE: '/var/run/secrets/store-auth-proxy-redis/url',
     RATE_LIMIT_REDIS_TIMEOUT_MS: '250'
   }, 'the RATE_LIMIT* env')
@@ -109,7 +111,7 @@ t.test('each value alone renders alone; Redis without rules is cool-downs shared
   const redisOnly = await render([...example, '--set', 'rateLimits.redis.existingSecret=store-redis'])
   t.equal(ofKind(redisOnly, 'ConfigMap').length, 0, 'no rules: no ConfigMap')
   const { container } = sidecarOf(one(redisOnly, 'Deployment', 'demo-store-auth-proxy'))
-  t.same(rateLimitEnv(container), { RATE_LIMIT_REDIS_URL_FILE: '/var/run/secrets/store-auth-proxy-redis/url' })
+  t.same(rateLimitEnv(container), { RATE_LIMIT_FLEET_SIZE: '2', RATE_LIMIT_REDIS_URL_FILE: '/var/run/secrets/store-auth-proxy-redis/url' })
   const wait = sidecarOf(one(await render([...example, '--set', 'rateLimits.maxWaitMs=250']), 'Deployment', 'demo-store-auth-proxy')).container
   t.same(rateLimitEnv(wait), { RATE_LIMIT_MAX_WAIT_MS: '250' })
   const moved = await render([...example, ...quota, '--set', 'rateLimits.mountPath=/etc/quota', '--set', 'rateLimits.redis.key=redis-url',
@@ -132,7 +134,7 @@ t.test('sidecar mode: a parent chart mounts the ConfigMap the dependency renders
   const parent = packagedParent()
   const objects = await render(['shop', parent, '--kube-version', '1.31', ...rules(RULES).map((a) => a.replace(/^rateLimits/, 'store-auth-proxy.rateLimits')),
     '--set', 'store-auth-proxy.rateLimits.redis.existingSecret=store-redis'])
-  t.same(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ['ConfigMap/shop-store-auth-proxy-rate-limits', 'Deployment/shop-my-app'])
+  t.same(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ['ConfigMap/shop-store-auth-proxy-rate-limits', 'Deployment/shop-my-app', 'NetworkPolicy/shop-my-app'])
   const deployment = one(objects, 'Deployment', 'shop-my-app')
   t.match(volumeOf(deployment, 'store-auth-proxy-rate-limits'), { configMap: { name: 'shop-store-auth-proxy-rate-limits' } })
   t.match(rateLimitEnv(sidecarOf(deployment).container), { RATE_LIMITS_FILE: '/etc/store-auth-proxy/rate-limits/rules' })
@@ -191,4 +193,19 @@ t.test('values.schema.json refuses what the sidecar would refuse at start, namin
   const accepted = ['POST /v2/store/orders/*/items 10/500ms', '* /v2/store/** 5/1s 100/m', 'GET / 1/d', 'PURGE /x/** 3/24h']
   await render([...example, ...rules(accepted)])
   t.same(parseRules(accepted.join('\n'), 'RATE_LIMITS').problems, [])
+})
+
+t.test('rateLimits.fleetSize: set, or with Redis in the chart\'s own Deployment its replicas plus the surge', async (t) => {
+  const fleet = async (args: string[]): Promise<string | undefined> =>
+    envOf(sidecarOf(one(await render([...example, ...args]), 'Deployment', 'demo-store-auth-proxy')).container).RATE_LIMIT_FLEET_SIZE
+  t.equal(await fleet(['--set', 'rateLimits.fleetSize=7']), '7', 'set: as given')
+  t.equal(await fleet(['--set', 'rateLimits.fleetSize=7', ...quota]), '7', 'set, with Redis: as given')
+  t.equal(await fleet(quota), '2', 'Redis, one replica: 1 + 1 surge')
+  t.equal(await fleet([...quota, '--set', 'replicaCount=4']), '5', 'Redis, 4 replicas: 4 + 1')
+  t.equal(await fleet([...quota, '--set', 'replicaCount=5']), '7', 'Redis, 5 replicas: 5 + 2')
+  t.equal(await fleet([]), undefined, 'no Redis, unset: the sidecar\'s default')
+  t.match(refusal([...example, '--set', 'rateLimits.fleetSize=0']), /fleetSize/, 'below 1: refused by the schema')
+
+  const parent = one(await render(['shop', packagedParent(), '--kube-version', '1.31', '--set', 'store-auth-proxy.rateLimits.redis.existingSecret=r']), 'Deployment')
+  t.equal(envOf(sidecarOf(parent).container).RATE_LIMIT_FLEET_SIZE, undefined, 'sidecar mode: the chart cannot see the replicas')
 })

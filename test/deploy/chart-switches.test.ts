@@ -35,9 +35,11 @@ t.test('the documented switches', async (t) => {
 
   t.test('NetworkPolicy: off, default, and adminFrom letting the helm test pod through', async (t) => {
     t.equal(ofKind(await render([...example, '--set', 'networkPolicy.enabled=false']), 'NetworkPolicy').length, 0)
-    const open = one(await render(example), 'NetworkPolicy')
-    t.same(((open.spec as JsonObject).ingress as JsonObject[]), [{ ports: [{ port: 'authproxy-admin', protocol: 'TCP' }] }],
-      'admin port open to all by default')
+    const closed = one(await render(example), 'NetworkPolicy')
+    t.same(((closed.spec as JsonObject).ingress as JsonObject[]), [{
+      ports: [{ port: 'authproxy-admin', protocol: 'TCP' }],
+      from: [{ podSelector: { matchLabels: { 'app.kubernetes.io/instance': 'demo', 'app.kubernetes.io/component': 'test' } } }]
+    }], 'by default the admin port only for the helm test pod, never for every pod')
 
     const objects = await render([...example, '--set-json', 'networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"name":"monitoring"}}}]'])
     const policy = one(objects, 'NetworkPolicy')

@@ -21,6 +21,7 @@ interface Service {
   pull_policy?: string
   command?: string[]
   network_mode?: string
+  networks?: string[]
   ports?: string[]
   environment?: Record<string, string>
   secrets?: string[]
@@ -31,7 +32,11 @@ interface Service {
   cap_drop?: string[]
   security_opt?: string[]
 }
-interface Compose { services: Record<string, Service>, secrets: Record<string, { file: string }> }
+interface Compose {
+  services: Record<string, Service>
+  secrets: Record<string, { file: string }>
+  networks?: Record<string, { internal?: boolean }>
+}
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
 const all = compose.services
@@ -110,11 +115,24 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
   t.equal(redis.image, 'docker.io/library/redis:7-bookworm', 'the official image name (test/deploy/local-redis-image.sh stands in for it)')
   t.equal(redis.build, undefined)
   t.equal(redis.user, '999:999', 'the official image\'s redis user: no root, no capability needed')
-  t.equal(redis.ports, undefined, 'Redis is reachable on the compose network only')
+  t.equal(redis.ports, undefined, 'Redis publishes no port')
   t.same(redis.command, ['redis-server', '/run/secrets/redis_conf'])
-  t.match(read(compose.secrets.redis_conf?.file ?? ''), /^requirepass (\S+)$/m)
-  const password = /^requirepass (\S+)$/m.exec(read(compose.secrets.redis_conf?.file ?? ''))?.[1] ?? ''
-  t.equal(trimCredential(read(compose.secrets.redis_url?.file ?? '')), `redis://default:${password}@redis:6379`, 'the URL the sidecars read carries that password')
+  t.same(redis.networks, ['fleet-redis'], 'Redis only on its own network')
+  t.same(compose.networks?.['fleet-redis'], { internal: true }, 'which has no route out')
+  // podman-compose 1.0.3 puts services without `networks:` on the sole declared network.
+  t.same(compose.networks?.default, {}, 'the default network declared too, so the other services stay on it')
+  for (const [name, s] of Object.entries(all)) {
+    const joins = s.networks?.includes('fleet-redis') === true
+    t.equal(joins, name === 'redis' || /^fleet-caller-[ab]$/.test(name), `${name} ${joins ? 'joins' : 'stays off'} fleet-redis`)
+  }
+  const conf = read(compose.secrets.redis_conf?.file ?? '')
+  t.match(conf, /^user default off$/m, 'no default user')
+  t.notMatch(conf, /^requirepass /m, 'no password for the default user')
+  const password = /^user store-auth-proxy on >(\S+) /m.exec(conf)?.[1] ?? ''
+  t.ok(password.length > 8, 'the sidecars\' user has a password')
+  t.equal(trimCredential(read(compose.secrets.redis_url?.file ?? '')), `redis://store-auth-proxy:${password}@redis:6379`,
+    'the URL the sidecars read names that user and password (test/deploy/compose-redis-acl.test.ts tries it)')
+  t.match(JSON.stringify(redis.healthcheck?.test), /--user healthcheck/, 'the healthcheck logs in as its own PING-only user')
 
   const rules: string[] = []
   for (const side of ['a', 'b']) {
@@ -150,7 +168,11 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {
   const dockerfile = read('Dockerfile')
   const from = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1])
-  t.same(from, ['docker.io/library/node:24-bookworm-slim', 'docker.io/library/node:24-bookworm-slim', 'gcr.io/distroless/nodejs24-debian12:nonroot'])
+  const arg = (name: string): string => '$' + `{${name}}`
+  t.same(from, [arg('BUILD_BASE'), arg('BUILD_BASE'), arg('RUNTIME_BASE')], 'the bases are build arguments, to be pinned by digest')
+  const head = dockerfile.slice(0, dockerfile.search(/^FROM /m))
+  t.match(head, /^ARG BUILD_BASE=docker\.io\/library\/node:24-bookworm-slim$/m, 'the build base by default')
+  t.match(head, /^ARG RUNTIME_BASE=gcr\.io\/distroless\/nodejs24-debian12:nonroot$/m, 'the runtime base by default')
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
   t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
   t.match(runtime, /^EXPOSE 8080 9090$/m)
@@ -161,7 +183,7 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
   t.match(dockerfile, /npm ci --omit=dev --ignore-scripts/, 'production dependencies only in the runtime')
   t.notMatch(runtime, /^RUN /m, 'nothing runs in the runtime stage (it has no shell)')
-  for (const label of ['title', 'description', 'version', 'revision', 'licenses']) {
+  for (const label of ['title', 'description', 'version', 'revision', 'licenses', 'source', 'created', 'base\\.name', 'base\\.digest']) {
     t.match(runtime, new RegExp(`org\\.opencontainers\\.image\\.${label}=`), `OCI label ${label}`)
   }
 })
@@ -186,6 +208,9 @@ t.test('Dockerfile: one version (package.json\'s), a build-time revision, both i
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
   t.match(runtime, /org\.opencontainers\.image\.version="\$\{VERSION\}"/)
   t.match(runtime, /org\.opencontainers\.image\.revision="\$\{REVISION\}"/)
+  t.match(runtime, /^ARG RUNTIME_BASE$/m, 'the base named again in the runtime stage, to be read in its label')
+  t.match(runtime, /org\.opencontainers\.image\.base\.name="\$\{RUNTIME_BASE\}"/)
+  t.match(runtime, /org\.opencontainers\.image\.base\.digest="\$\{RUNTIME_BASE_DIGEST\}"/)
 })
 
 t.test('.dockerignore: an allow-list that keeps secrets and local state out of the context', async (t) => {

@@ -116,7 +116,7 @@ cleanup () {
   if [ -n "$(podman ps -a -q --filter "label=com.docker.compose.project=$run" 2>/dev/null)" ]; then
     "${compose[@]}" down >/dev/null 2>&1
   fi
-  podman network rm -f "${run}_default" >/dev/null 2>&1
+  podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1
 }
 trap 'aborted=1' ERR
 trap 'aborted=1; exit 130' INT TERM
@@ -135,7 +135,9 @@ echo "== build ($(elapsed))"
 t0=$(date +%s%N)
 version=$(node -p 'require("./package.json").version')
 revision=ci-$run
-podman build --pull=never --format docker --build-arg REVISION="$revision" -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
+base_digest=$(podman image inspect --format '{{.Digest}}' gcr.io/distroless/nodejs24-debian12:nonroot)
+podman build --pull=never --format docker --build-arg REVISION="$revision" --build-arg RUNTIME_BASE_DIGEST="$base_digest" \
+  -t store-auth-proxy:test . >"/tmp/$run-build.log" 2>&1 \
   || { tail -40 "/tmp/$run-build.log"; echo "containers: the image did not build" >&2; exit 1; }
 image=$(podman image inspect --format '{{.Id}}' store-auth-proxy:test)
 echo "built ${image:0:12} in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -155,11 +157,15 @@ check "image entrypoint runs node directly, exec form" \
 check "image HEALTHCHECK is exec form (no shell)" \
   eq "$(inspect '{{json .Config.Healthcheck.Test}}')" '["CMD","/nodejs/bin/node","/app/dist/main.js","healthcheck"]'
 labels=$(inspect '{{json .Config.Labels}}')
-for label in title description version revision licenses; do
+for label in title description version revision licenses source created base.name base.digest; do
   check "image carries the OCI label org.opencontainers.image.$label" has "$labels" "\"org.opencontainers.image.$label\""
 done
 check "the version label is package.json's ($version)" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.version"}}')" "$version"
 check "the revision label is the REVISION build argument" eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.revision"}}')" "$revision"
+check "the base.name label is the runtime base" \
+  eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.base.name"}}')" gcr.io/distroless/nodejs24-debian12:nonroot
+check "the base.digest label is the RUNTIME_BASE_DIGEST build argument ($base_digest)" \
+  eq "$(inspect '{{index .Config.Labels "org.opencontainers.image.base.digest"}}')" "$base_digest"
 said=$(quiet_podman run --rm "$image" --version)
 check "--version in the image says the version, the build's revision and node 24 (got: $said)" \
   has "$said" "store-auth-proxy $version (revision $revision, node v24."
@@ -242,6 +248,8 @@ default_services=(stand-in caller store-auth-proxy)
 rm -f "/tmp/$run-compose.log"
 echo "podman-compose up -d --build took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 sidecar="${run}_store-auth-proxy_1" caller="${run}_caller_1" stand_in="${run}_stand-in_1"
+check "without the profile, the services are on the default network only" \
+  eq "$(podman inspect --format '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "${run}_caller_1")" "${run}_default "
 check "without the profile, up starts the three services of old" \
   eq "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}' | sort | paste -sd ' ')" \
   "${run}_caller_1 ${run}_stand-in_1 ${run}_store-auth-proxy_1"
@@ -301,7 +309,8 @@ echo "podman-compose up -d (fleet) took $(( ($(date +%s%N) - t0) / 1000000 )) ms
 redis="${run}_redis_1" fleet_a="${run}_fleet-sidecar-a_1" fleet_b="${run}_fleet-sidecar-b_1"
 caller_a="${run}_fleet-caller-a_1" caller_b="${run}_fleet-caller-b_1"
 admin_a="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A" admin_b="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B"
-password=$(sed -n 's/^requirepass //p' "$repo/deploy/demo-secrets/redis.conf")
+password=$(sed -n 's/^user store-auth-proxy on >\([^ ]*\) .*/\1/p' "$repo/deploy/demo-secrets/redis.conf")
+check "the demo config gives the sidecars' user a password" test -n "$password"
 
 check "the Redis container runs the official image name ($(podman inspect --format '{{.ImageName}}' "$redis"))" \
   eq "$(podman inspect --format '{{.ImageName}}' "$redis")" docker.io/library/redis:7-bookworm
@@ -316,6 +325,14 @@ on_redis () { curl -s "$1/status" | node -e '
 check "sidecar a's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_a"
 check "sidecar b's /status says backend redis, up, at redis://redis:6379 (no password)" wait_for 20 on_redis "$admin_b"
 check "the Redis healthcheck passes" quiet_podman healthcheck run "$redis"
+# Redis on its own internal network: the fleet callers' namespaces reach it, the stand-in
+# (on the default network only) does not even resolve its name.
+reach_redis () { podman exec "$1" /nodejs/bin/node -e "
+  const s = require('node:net').connect(6379, 'redis', () => { console.log('open'); s.destroy() })
+  s.on('error', (e) => console.log(e.code)).setTimeout(3000, () => { console.log('timeout'); s.destroy() })"; }
+check "sidecar a's namespace reaches Redis" eq "$(reach_redis "$caller_a")" open
+stand_in_says=$(reach_redis "${run}_stand-in_1" 2>&1)
+check "the stand-in cannot reach Redis (got: $stand_in_says)" test "$stand_in_says" != open
 
 # The catalog rule (1/4h 6/1d) spent through sidecar a, then asked of sidecar b. From inside
 # each caller: the sidecars listen on their pod's loopback only. The stand-in has no catalog
@@ -356,7 +373,7 @@ for c in "${fleet_containers[@]}"; do
 done
 show_logs_on_failure "${fleet_containers[@]}"
 "${compose[@]}" down >/dev/null 2>&1
-podman network rm -f "${run}_default" >/dev/null 2>&1 || true
+podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1 || true
 check "podman-compose down removes every fleet container" \
   test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
 
