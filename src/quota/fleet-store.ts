@@ -200,7 +200,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         return { kind: 'budget', ms: reply.ms }
       case 'gated':
         learn(reply)
-        return { kind: 'degraded', ms: reply.ms }
+        return { kind: 'degraded', ms: reply.ms, lost: true }
       case 'epoch':
         // Redis lost (or changed) its data: decide alone until the ledger is told again.
         setState('degraded')
@@ -217,7 +217,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     if (cooling > 0) return { kind: 'cooldown', ms: cooling }
     if (state !== 'shared') return limits.length === 0 ? { kind: 'ok', id: '' } : alone(scope, limits)
     const now = clock.now()
-    if (now < graceUntil && limits.length > 0) return { kind: 'degraded', ms: graceUntil - now }
+    if (now < graceUntil && limits.length > 0) return { kind: 'degraded', ms: graceUntil - now, lost: true }
     return shared(scope, limits)
   }
 

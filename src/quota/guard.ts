@@ -25,7 +25,7 @@ export type Refusal = 'budget' | 'cooldown' | 'degraded'
 
 export type Verdict =
   | { readonly ok: true, readonly delayed: boolean, readonly ticket: Ticket | undefined }
-  | { readonly ok: false, readonly reason: Refusal, readonly retryAfterMs: number, readonly scope: string }
+  | { readonly ok: false, readonly reason: Refusal, readonly retryAfterMs: number, readonly scope: string, readonly lost?: boolean }
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
 
@@ -110,10 +110,10 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     })
   }
 
-  function refuse (scope: string, reason: Refusal, ms: number): Verdict {
+  function refuse (scope: string, reason: Refusal, ms: number, lost = false): Verdict {
     metrics.rateLimited.inc({ rule: scope, reason, action: 'refused' })
     if (reason === 'cooldown') note(scope)
-    return { ok: false, reason, retryAfterMs: ms, scope }
+    return { ok: false, reason, retryAfterMs: ms, scope, ...(lost ? { lost } : {}) }
   }
 
   const go = (scope: string, limits: readonly Limit[], id: string, delayed: boolean): Verdict =>
@@ -131,7 +131,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // Over budget (the fleet's, or this sidecar's share): wait if it frees within
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
-      if (result.ms > maxWaitMs - (clock.now() - startedAt)) return refuse(scope, reason, result.ms)
+      if (result.ms > maxWaitMs - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true)
       if (await sleep(result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)
@@ -173,9 +173,11 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
     const message = verdict.reason === 'cooldown'
       ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
-      : verdict.reason === 'degraded'
-        ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
-        : `the budget of ${name} is spent; retry after ${seconds} s`
+      : verdict.reason === 'degraded' && verdict.lost === true
+        ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis lost its data): the budget is refused for one window; retry after ${seconds} s`
+        : verdict.reason === 'degraded'
+          ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
+          : `the budget of ${name} is spent; retry after ${seconds} s`
     return { message, retryAfterSeconds: seconds }
   }
 

@@ -20,8 +20,9 @@ export type Take =
   /**
    * The fleet's tally cannot be read (Redis does not answer, or lost its data) and this
    * sidecar's share is spent or not yet safe to use: refused, ask again in `ms`; nothing was taken.
+   * `lost`: Redis answers, but its tally lost a window (restarted empty) and is not trusted yet.
    */
-  | { readonly kind: 'degraded', readonly ms: number }
+  | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean }
 
 export interface CooldownRequest {
   /** The gateway's Retry-After, in ms, when usable. */
