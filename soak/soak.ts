@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { Agent, request } from 'undici'
 import { shippedNodeFlags } from '../bench/lib/shipped.js'
-import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../src/config.js'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../src/demo/config.js'
 import { createStandIn } from '../src/demo/stand-in.js'
 
 const { values } = parseArgs({

@@ -5,13 +5,14 @@ import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin.js'
 import { systemClock, type Clock } from './clock.js'
-import { trimCredential, type Config } from './config.js'
+import { trimCredential } from './config/credentials.js'
+import type { Config } from './config/load.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, type ErrorBody } from './errors.js'
 import { createUpstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import proxy, { observeExchange, sendError } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
-import type { RedisStore } from './quota/redis-backend.js'
+import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import { readSecretFile } from './secret-file.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
@@ -37,6 +38,8 @@ export interface AppDependencies {
   defaultMetrics?: boolean
   /** Shown on the admin port's /status. */
   version?: string
+  /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
+  quotaTiming?: Partial<FleetTiming>
 }
 
 export interface App {
@@ -55,7 +58,7 @@ export interface App {
 
 /** Builds the sidecar from a config object. Never listens: main.ts and the tests do. */
 export async function buildApp (config: Config, deps: AppDependencies): Promise<App> {
-  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true, version = 'unknown' } = deps
+  const { log, clock, random, readFile, tokenDispatcher, defaultMetrics = true, version = 'unknown', quotaTiming } = deps
   const rateLimits = config.rateLimits
   const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
 
@@ -88,15 +91,27 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     queueGauge: metrics.upstreamQueued
   })
 
-  // ioredis is loaded only when a Redis URL is set (issue 13: start-up time and memory per pod).
-  let redis: RedisStore | undefined
+  // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
+  let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
   if (rateLimits.redisUrl !== undefined) {
-    const { createRedisStore, redisKeyPrefix } = await import('./quota/redis-backend.js')
+    const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
+      import('./quota/redis-backend.js'), import('./quota/fleet-store.js')])
     const clientId = 'value' in config.clientId
       ? config.clientId.value
       : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
-    redis = createRedisStore({
-      url: rateLimits.redisUrl, timeoutMs: rateLimits.redisTimeoutMs, prefix: redisKeyPrefix(config.authUrl, clientId)
+    const redis = createRedisStore({
+      url: rateLimits.redisUrl, timeoutMs: rateLimits.redisTimeoutMs, prefix: redisKeyPrefix(config.authUrl, clientId), clock: clock ?? systemClock
+    })
+    fleet = (onCooldown) => createFleetStore({
+      redis,
+      clock: clock ?? systemClock,
+      log: log.child({ component: 'quota' }),
+      metrics,
+      rules: rateLimits.rules,
+      redisTimeoutMs: rateLimits.redisTimeoutMs,
+      fleetFloor: rateLimits.fleetSize,
+      ...(quotaTiming === undefined ? {} : { timing: quotaTiming }),
+      onCooldown
     })
   }
   const quota = createQuotaGuard({
@@ -104,7 +119,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     clock: clock ?? systemClock,
     log: log.child({ component: 'quota' }),
     metrics,
-    ...(redis === undefined ? {} : { redis })
+    ...(fleet === undefined ? {} : { fleet })
   })
 
   let draining = false

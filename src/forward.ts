@@ -32,6 +32,13 @@ export interface ForwardHooks {
   holdBack: (statusCode: number) => boolean
   /** The held-back answer, complete: the caller still waits for an answer. */
   heldBack: (answer: HeldAnswer) => void
+  /**
+   * Nothing of the request was or will be written to the upstream: refused before dispatch
+   * (UPSTREAM_BUSY), dropped from the queue (its caller left, or it waited too long), or its
+   * connection failed before the request was written (refused, DNS, TLS). Called at most once,
+   * before `failed` when both apply. The quota guard gives the budget point back.
+   */
+  unsent?: () => void
   /** Nothing was sent to the caller and nothing will be: the caller still waits for an answer. */
   failed: (err: Error) => void
   /** The upstream's answer is being written to the caller, directly from here on. */
@@ -115,8 +122,17 @@ export function createUpstream (options: UpstreamOptions) {
 
   function forward (request: UpstreamRequest, res: ServerResponse, hooks: ForwardHooks): void {
     if (queued >= queueLimit && saturated()) {
+      hooks.unsent?.()
       hooks.failed(new UpstreamBusyError())
       return
+    }
+    /** undici began writing the request to a connection (onRequestStart): from here on it may have reached the upstream. */
+    let written = false
+    let givenBack = false
+    const giveBack = (): void => {
+      if (written || givenBack) return
+      givenBack = true
+      hooks.unsent?.()
     }
     let waiting = true
     let expired = false
@@ -146,11 +162,13 @@ export function createUpstream (options: UpstreamOptions) {
       }
       expired = true
       leaveQueue()
+      giveBack()
       hooks.failed(new UpstreamBusyError())
     }
 
     const callerGone = (): void => {
       callerLeft = true
+      giveBack()
       // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
       controller?.abort(new Error('the caller closed the connection'))
     }
@@ -184,9 +202,11 @@ export function createUpstream (options: UpstreamOptions) {
       onRequestStart (c) {
         // Dropped before a single byte is written, if its caller has gone or was answered 503.
         if (expired || callerLeft) {
+          giveBack()
           c.abort(new Error('the request left the queue unsent'))
           return
         }
+        written = true
         leaveQueue()
         controller = c
         startedAt = performance.now()
@@ -246,6 +266,7 @@ export function createUpstream (options: UpstreamOptions) {
       },
       onResponseError (_c, err) {
         done()
+        giveBack()
         if (expired || callerLeft) return
         if (res.headersSent) {
           hooks.truncated()

@@ -80,6 +80,10 @@ export function callerResponseHeaders<H extends Headers> (headers: H): H {
  */
 export function requestTargetProblem (url: string): string | undefined {
   if (url.charCodeAt(0) !== 47 /* / */) return 'only origin-form request targets are accepted'
+  // A fragment is never part of a request target (RFC 9112 §3.2.1: origin-form is
+  // absolute-path [ "?" query ]): servers disagree on what `/x#y` names, and the quota
+  // guard must count what the upstream serves.
+  if (url.includes('#')) return 'the request target must not contain # (a fragment is never sent)'
   const queryAt = url.indexOf('?')
   const path = queryAt === -1 ? url : url.slice(0, queryAt)
   if (path.startsWith('//')) return 'the request path must not start with //'

@@ -1,5 +1,5 @@
 import { pino, type DestinationStream, type Logger } from 'pino'
-import type { LogLevel } from './config.js'
+import type { LogLevel } from './config/schema.js'
 
 const SENSITIVE_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie']
 const SENSITIVE_FIELDS = ['access_token', 'accessToken', 'client_secret', 'clientSecret', 'token']

@@ -9,14 +9,20 @@ import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import type { App } from './app.js'
 import { systemClock } from './clock.js'
-import {
-  ConfigError, DEFAULT_ADMIN_PORT, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, listenFailure, loadCallerConfig, loadConfig,
-  loadStandInConfig, redisDisplayUrl, type Config, type LogLevel
-} from './config.js'
+import { listenFailure } from './cli/listen-failure.js'
+import type { Config } from './config/load.js'
+import { ConfigError, type Env } from './config/parse-env.js'
+import { DEFAULT_ADMIN_PORT, type LogLevel } from './config/schema.js'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, loadCallerConfig, loadStandInConfig } from './demo/config.js'
+import { redisDisplayUrl } from './quota/settings.js'
 import { probe } from './healthcheck.js'
 import { buildInfo } from './version.js'
 
-type Env = Record<string, string | undefined>
+/** The sidecar's configuration, loaded on demand: it imports the token client, and with it undici. */
+async function loadSidecarConfig (env: Env): Promise<Config> {
+  const { loadConfig } = await import('./config/load.js')
+  return configOrExit(() => loadConfig(env))
+}
 
 function configOrExit<T> (load: () => T): T {
   try {
@@ -91,12 +97,12 @@ const STAND_IN_LISTENER = { host: 'STAND_IN_HOST', port: 'STAND_IN_PORT' }
 async function main (command: string, args: string[], env: Env): Promise<void> {
   switch (command) {
     case 'serve': {
-      const config = configOrExit(() => loadConfig(env))
+      const config = await loadSidecarConfig(env)
       await serve(config, await loadLogger(config.logLevel))
       return
     }
     case 'check-config': {
-      const config = configOrExit(() => loadConfig(env))
+      const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
       return
     }
@@ -118,7 +124,7 @@ async function main (command: string, args: string[], env: Env): Promise<void> {
       })
       await listenOrExit(stand, STAND_IN_LISTENER, '127.0.0.1', standIn.port)
       const standInUrl = `http://127.0.0.1:${standIn.port}`
-      const config = configOrExit(() => loadConfig({
+      const config = await loadSidecarConfig({
         AUTH_URL: standInUrl,
         UPSTREAM_URL: standInUrl,
         CLIENT_ID: DEMO_CLIENT_ID,
@@ -128,7 +134,7 @@ async function main (command: string, args: string[], env: Env): Promise<void> {
         ADMIN_PORT: env.ADMIN_PORT,
         ACCESS_LOG: env.ACCESS_LOG ?? 'true',
         LOG_LEVEL: env.LOG_LEVEL
-      }))
+      })
       await serve(config, log)
       process.stdout.write(demoHelp(config, standInUrl))
       return

@@ -91,7 +91,7 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   // answers, cool-downs, and where budgets live.
   const rateLimited = new Counter({
     name: `${METRIC_PREFIX}rate_limited_total`,
-    help: 'Requests the quota guard refused (local 429) or delayed, by rule (upstream for none), reason (budget, cooldown) and action (refused, delayed).',
+    help: 'Requests the quota guard refused (local 429) or delayed, by rule (upstream for none), reason (budget, cooldown, degraded: Redis cannot be asked and this sidecar\'s share is spent) and action (refused, delayed).',
     labelNames: ['rule', 'reason', 'action'] as const,
     registers: [registry]
   })
@@ -118,16 +118,33 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
   const rateLimitRedisUp = rateLimitRedis
     ? new Gauge({
       name: `${METRIC_PREFIX}rate_limit_redis_up`,
-      help: '1 when the rate-limit Redis answers, 0 when it does not (then limits are in memory, per sidecar).',
+      help: '1 when the rate-limit Redis answers and budgets are shared, 0 when they are not (then each sidecar spends only its share).',
       registers: [registry]
     })
     : undefined
   rateLimitRedisUp?.set(0)
   const rateLimitRedisFallbacks = new Counter({
     name: `${METRIC_PREFIX}rate_limit_redis_fallbacks_total`,
-    help: 'Switches of the quota guard from Redis to in-memory limits (Redis unreachable or too slow).',
+    help: 'Switches of the quota guard from shared budgets in Redis to degraded mode (Redis unreachable, too slow or refusing).',
     registers: [registry]
   })
+  // Degraded mode and the fleet (only with RATE_LIMIT_REDIS_URL): docs/quota-guard.md.
+  const fleetGauge = (name: string, help: string): Gauge | undefined => rateLimitRedis
+    ? new Gauge({ name: `${METRIC_PREFIX}${name}`, help, registers: [registry] })
+    : undefined
+  const rateLimitDegraded = fleetGauge('rate_limit_degraded',
+    '1 while budgets cannot be shared through Redis and this sidecar spends only its share (limit / fleet size), 0 when shared.')
+  rateLimitDegraded?.set(1)
+  const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
+    'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together in Redis; 0: unknown.')
+  const rateLimitFleetPresent = fleetGauge('rate_limit_fleet_present', 'Sidecars on this credential present in Redis at the last contact.')
+  const rateLimitRedisDataLost = rateLimitRedis
+    ? new Counter({
+      name: `${METRIC_PREFIX}rate_limit_redis_data_lost_total`,
+      help: 'Times Redis was found to have lost the fleet\'s tally (restarted empty): every budget is refused for one window of its limits.',
+      registers: [registry]
+    })
+    : undefined
 
   // The conventional info metric: always 1, the build in its labels (src/version.ts).
   const build = new Gauge({
@@ -174,6 +191,10 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     rateLimitBackend,
     rateLimitRedisUp,
     rateLimitRedisFallbacks,
+    rateLimitDegraded,
+    rateLimitFleetSize,
+    rateLimitFleetPresent,
+    rateLimitRedisDataLost,
     recordExchange
   }
 }

@@ -11,8 +11,7 @@ import {
 import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
 import { requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
-import { GO, UPSTREAM_SCOPE, type QuotaGuard, type Verdict } from './quota/guard.js'
-import { isRateLimitFault, retryAfterSeconds } from './quota/retry-after.js'
+import type { QuotaGuard, Ticket, Verdict } from './quota/guard.js'
 import type { Rule } from './quota/rules.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
@@ -204,38 +203,37 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     // The caller left while its body was read or a token awaited: nothing is sent for it.
     if (request.exchange.gone) return
     if (!quota.active) {
-      forward(request, reply, undefined)
+      forward(request, reply, undefined, undefined)
       return
     }
     const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
     const verdict = quota.admit(rule, reply.raw)
-    if (verdict === GO) forward(request, reply, rule)
-    else if (verdict instanceof Promise) {
-      verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
-        request.log.error({ err }, 'quota guard failed')
-        if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
-      })
-    } else admitted(request, reply, rule, verdict)
+    if (!(verdict instanceof Promise)) {
+      admitted(request, reply, rule, verdict)
+      return
+    }
+    verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
+      request.log.error({ err }, 'quota guard failed')
+      if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
+    })
   }
 
   function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     if (verdict.ok) {
-      if (!callerGone(request)) forward(request, reply, rule)
+      if (!callerGone(request)) forward(request, reply, rule, verdict.ticket)
+      // Gone after its point was taken and before anything was written: the point goes back.
+      else quota.refund(verdict.ticket)
       return
     }
     // Left while waiting for its budget: never sent, nothing spent.
     if (verdict.reason === 'gone' || callerGone(request)) return
-    const seconds = retryAfterSeconds(verdict.retryAfterMs)
-    const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
-    const message = verdict.reason === 'cooldown'
-      ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
-      : `the budget of ${name} is spent; retry after ${seconds} s`
-    request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: seconds }, 'refused by the quota guard')
-    sendError(reply, Object.assign(new UpstreamRateLimitedError(message), { retryAfterSeconds: seconds }), metrics)
+    const { message, retryAfterSeconds } = quota.describe(verdict)
+    request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
+    sendError(reply, Object.assign(new UpstreamRateLimitedError(message), { retryAfterSeconds }), metrics)
   }
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
-  function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined): void {
+  function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, ticket: Ticket | undefined): void {
     const url = request.raw.url ?? '/'
     const queryAt = url.indexOf('?')
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
@@ -248,22 +246,21 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       headers,
       body
     }, reply.raw, {
-      answer: (statusCode, answerHeaders) => {
-        if (statusCode === 429) quota.rateLimitAnswer(rule, answerHeaders['retry-after'])
-      },
-      // A 500 is held back (up to HOLD_BACK_MAX_BYTES) to look for Apigee's rate-limit fault.
-      holdBack: (statusCode) => shouldReplay(request, statusCode) || (statusCode === 500 && quota.watchesFaults),
+      answer: (statusCode, answerHeaders) => { quota.answered(rule, { statusCode, headers: answerHeaders }) },
+      holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode),
       heldBack: (answer) => {
-        if (answer.statusCode !== 500) {
+        if (answer.statusCode === 401) {
           replay(request, reply, answer)
           return
         }
-        if (isRateLimitFault(answer.body, answer.headers['content-encoding'])) quota.rateLimitAnswer(rule, answer.headers['retry-after'])
+        quota.heldBack(rule, answer)
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
         reply.hijack()
         sendHeld(reply.raw, answer)
       },
+      // Nothing of the request reached the upstream: its budget point goes back.
+      unsent: () => { quota.refund(ticket) },
       failed: (err) => {
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {

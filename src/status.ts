@@ -1,7 +1,8 @@
 // The /status document: pure functions, no I/O. It tells an operator in one request
 // where the token stands. It never carries the token nor a secret, nor a prefix or
 // hash of either: credentials appear only as where they come from.
-import { redisDisplayUrl, type Config } from './config.js'
+import type { Config } from './config/load.js'
+import { redisDisplayUrl } from './quota/settings.js'
 import type { RateLimitStatus } from './quota/guard.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from './token/token-client.js'
@@ -46,6 +47,7 @@ export function configSummary (config: Config): ConfigSummary {
     // scheme://host:port only: the URL may carry a password.
     RATE_LIMIT_REDIS_URL: config.rateLimits.redisUrl === undefined ? '' : redisDisplayUrl(config.rateLimits.redisUrl),
     RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
+    RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
     ACCESS_LOG: config.accessLog,
     LOG_LEVEL: config.logLevel
   })

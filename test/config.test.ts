@@ -1,8 +1,11 @@
 import { execFileSync } from 'node:child_process'
 import t from 'tap'
-import {
-  ConfigError, hostsOverlap, listenFailure, loadCallerConfig, loadConfig, loadStandInConfig, MAX_DURATION_MS, NODE_TIMER_MAX_MS
-} from '../src/config.js'
+import { listenFailure } from '../src/cli/listen-failure.js'
+import { hostsOverlap } from '../src/config/listeners.js'
+import { loadConfig } from '../src/config/load.js'
+import { ConfigError } from '../src/config/parse-env.js'
+import { MAX_DURATION_MS, NODE_TIMER_MAX_MS } from '../src/config/schema.js'
+import { loadCallerConfig, loadStandInConfig } from '../src/demo/config.js'
 
 const SECRET = 'Zm9v+YmFy/c2VjcmV0='
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test/store', CLIENT_ID: 'id', CLIENT_SECRET: SECRET }

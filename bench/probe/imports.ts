@@ -19,7 +19,7 @@ const given = args.filter((a, i) => !a.startsWith('--') && (runsAt === -1 || i !
 const specifiers = given.length > 0
   ? given
   : ['node:http', 'close-with-grace', 'pino', 'prom-client', 'env-schema', 'undici', 'fastify', '@fastify/http-proxy',
-      join(REPO, 'dist', 'config.js'), join(REPO, 'dist', 'logger.js'), join(REPO, 'dist', 'app.js')]
+      join(REPO, 'dist', 'config', 'load.js'), join(REPO, 'dist', 'logger.js'), join(REPO, 'dist', 'app.js')]
 
 // The child: import one specifier between two readings; one JSON line.
 const CHILD = `

@@ -1,16 +1,24 @@
-// Where budgets and cool-downs live: the contract both backends keep, and the in-memory
-// one (per sidecar; the default, and the fallback while Redis is unreachable). The
-// Redis one (redis-backend.ts) runs the same algorithm as one Lua script.
+// Where budgets and cool-downs live: the contract both stores keep (the local one, per
+// sidecar, below; the fleet's, shared through Redis with the local ledger as its insurance,
+// in fleet-store.ts), and the cool-downs every sidecar keeps locally until they end.
+import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.js'
+import { createLedger, type Ledger } from './ledger.js'
 import type { Limit } from './rules.js'
 
 /** What a take found: the request may go (one point taken from every limit), or why not and for how long. */
 export type Take =
-  | { readonly kind: 'ok' }
+  /** Taken: `id` names the send (for a refund when nothing reached the upstream). */
+  | { readonly kind: 'ok', readonly id: string }
   /** The scope is cooling down for `ms` more; nothing was taken. */
   | { readonly kind: 'cooldown', readonly ms: number }
-  /** A limit is spent; all of them have room again in `ms`; nothing was taken. */
+  /** A limit is spent; all of them have room again in `ms` (a wait may be worth it); nothing was taken. */
   | { readonly kind: 'budget', readonly ms: number }
+  /**
+   * The fleet's tally cannot be read (Redis does not answer, or lost its data) and this
+   * sidecar's share is spent or not yet safe to use: refused, ask again in `ms`; nothing was taken.
+   */
+  | { readonly kind: 'degraded', readonly ms: number }
 
 export interface CooldownRequest {
   /** The gateway's Retry-After, in ms, when usable. */
@@ -23,18 +31,19 @@ export interface CooldownRequest {
 
 export interface Store {
   /**
-   * Atomically: if the scope is not cooling down and every limit has room, takes one point
-   * from each; otherwise takes nothing (a refused or abandoned request spends nothing).
+   * If the scope is not cooling down and every limit has room, takes one point from each
+   * (atomically across the fleet when shared); otherwise takes nothing (a refused or
+   * abandoned request spends nothing).
    */
   take: (scope: string, limits: readonly Limit[]) => Take | Promise<Take>
-  /** Starts (or lengthens) the scope's cool-down; resolves to the ms until it ends. */
-  coolDown: (scope: string, request: CooldownRequest) => number | Promise<number>
+  /** Gives a taken point back: nothing of the request was written to the upstream. */
+  refund: (scope: string, limits: readonly Limit[], id: string) => void
+  /** Starts (or lengthens) the scope's cool-down here, and in the fleet when shared; the ms until it ends here. */
+  coolDown: (scope: string, request: CooldownRequest) => number
 }
 
-export const OK: Take = Object.freeze({ kind: 'ok' })
-
 /**
- * The length of a new cool-down, shared by both backends. With a usable Retry-After, that
+ * The length of a new cool-down, shared by both stores. With a usable Retry-After, that
  * (capped). Without: RATE_LIMIT_COOLDOWN_MS, doubled (capped) when this rate-limit answer
  * comes within the previous cool-down's own length after it ended.
  * `activeMs`: what is left of a cool-down under way (0 for none); `previousMs`: the length of
@@ -51,49 +60,25 @@ export function nextCooldownMs (request: CooldownRequest, activeMs: number, prev
   return previousMs === undefined ? Math.min(request.baseMs, request.maxMs) : Math.min(previousMs * 2, request.maxMs)
 }
 
-interface Counter { used: number, endsAt: number }
-interface Cooldown { endsAt: number, lengthMs: number }
-
 /**
- * Fixed windows per limit, each starting at the first send it counts (as Redis keys with
- * a PEXPIRE do): `1/4h` allows one send, then none until 4 h after it. On the injected
- * monotonic clock, so long windows are tested by moving a fake clock.
+ * The cool-downs this sidecar knows of, started here or met in the fleet's store, each kept
+ * until it ends, whatever happens to Redis meanwhile. On the monotonic clock.
  */
-export interface MemoryStore extends Store {
-  take: (scope: string, limits: readonly Limit[]) => Take
-  coolDown: (scope: string, request: CooldownRequest) => number
-  /** Monotonic ms at which the scope's cool-down ends, if one is under way. */
-  cooldownEnd: (scope: string) => number | undefined
+export interface Cooldowns {
+  /** Starts (or lengthens) a cool-down after a gateway rate-limit answer; the ms until it ends. */
+  start: (scope: string, request: CooldownRequest) => number
+  /** Holds one learned elsewhere (`ms` from now); never shortens one under way. Whether it lengthened. */
+  hold: (scope: string, ms: number) => boolean
+  /** Ms left of the scope's cool-down, 0 for none. */
+  left: (scope: string) => number
+  /** Every cool-down under way, with its monotonic end. */
+  active: () => Array<{ scope: string, endsAt: number }>
 }
 
-export function createMemoryStore (clock: Clock): MemoryStore {
-  const counters = new Map<string, Counter>()
-  const cooldowns = new Map<string, Cooldown>()
+export function createCooldowns (clock: Clock): Cooldowns {
+  const cooldowns = new Map<string, { endsAt: number, lengthMs: number }>()
 
-  const counterKey = (scope: string, limit: Limit): string => `${scope}\n${limit.text}`
-
-  function take (scope: string, limits: readonly Limit[]): Take {
-    const now = clock.now()
-    const cooldown = cooldowns.get(scope)
-    if (cooldown !== undefined && cooldown.endsAt > now) return { kind: 'cooldown', ms: cooldown.endsAt - now }
-    if (limits.length === 0) return OK
-    let wait = 0
-    for (const limit of limits) {
-      const counter = counters.get(counterKey(scope, limit))
-      if (counter === undefined || counter.endsAt <= now) continue
-      if (counter.used >= limit.count) wait = Math.max(wait, counter.endsAt - now)
-    }
-    if (wait > 0) return { kind: 'budget', ms: wait }
-    for (const limit of limits) {
-      const key = counterKey(scope, limit)
-      const counter = counters.get(key)
-      if (counter === undefined || counter.endsAt <= now) counters.set(key, { used: 1, endsAt: now + limit.windowMs })
-      else counter.used += 1
-    }
-    return OK
-  }
-
-  function coolDown (scope: string, request: CooldownRequest): number {
+  function start (scope: string, request: CooldownRequest): number {
     const now = clock.now()
     const current = cooldowns.get(scope)
     const activeMs = current === undefined ? 0 : Math.max(0, current.endsAt - now)
@@ -105,10 +90,50 @@ export function createMemoryStore (clock: Clock): MemoryStore {
     return lengthMs
   }
 
-  function cooldownEnd (scope: string): number | undefined {
-    const cooldown = cooldowns.get(scope)
-    return cooldown !== undefined && cooldown.endsAt > clock.now() ? cooldown.endsAt : undefined
+  function hold (scope: string, ms: number): boolean {
+    const endsAt = clock.now() + ms
+    const current = cooldowns.get(scope)
+    if (ms <= 0 || (current !== undefined && current.endsAt >= endsAt)) return false
+    cooldowns.set(scope, { endsAt, lengthMs: Math.max(ms, current?.lengthMs ?? 0) })
+    return true
   }
 
-  return { take, coolDown, cooldownEnd }
+  function left (scope: string): number {
+    const current = cooldowns.get(scope)
+    return current === undefined ? 0 : Math.max(0, current.endsAt - clock.now())
+  }
+
+  function active (): Array<{ scope: string, endsAt: number }> {
+    const now = clock.now()
+    return [...cooldowns].filter(([, c]) => c.endsAt > now).map(([scope, c]) => ({ scope, endsAt: c.endsAt }))
+  }
+
+  return { start, hold, left, active }
+}
+
+/** Ids of sends: this sidecar's id (random per start) and a counter, unique in the fleet. */
+export function createSendIds (memberId: string): () => string {
+  let n = 0
+  return () => `${memberId}:${(n++).toString(36)}`
+}
+
+export const newMemberId = (): string => randomUUID().slice(0, 13)
+
+/** The store of a sidecar on its own (no Redis): its ledger is the whole tally. */
+export function createLocalStore (clock: Clock, cooldowns: Cooldowns, ledger: Ledger = createLedger(clock)): Store {
+  const nextId = createSendIds(newMemberId())
+  return {
+    take (scope, limits) {
+      const cooling = cooldowns.left(scope)
+      if (cooling > 0) return { kind: 'cooldown', ms: cooling }
+      if (limits.length === 0) return { kind: 'ok', id: '' }
+      const wait = ledger.wait(scope, limits)
+      if (wait > 0) return { kind: 'budget', ms: wait }
+      const id = nextId()
+      ledger.record(scope, limits, id)
+      return { kind: 'ok', id }
+    },
+    refund: (scope, limits, id) => { ledger.refund(scope, limits, id) },
+    coolDown: (scope, request) => cooldowns.start(scope, request)
+  }
 }

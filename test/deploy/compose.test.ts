@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parse } from 'yaml'
 import { shippedNodeFlags } from '../../bench/lib/shipped.js'
-import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, trimCredential } from '../../src/config.js'
+import { trimCredential } from '../../src/config/credentials.js'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
 import { parseRules } from '../../src/quota/rules.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))

@@ -4,7 +4,7 @@
 // is scheme://host:port.
 import { join } from 'node:path'
 import t from 'tap'
-import { callVia, eventually, getText, secretsOf, startArrivalUpstream, startSidecar, statusOf, type Sidecar } from './fleet.js'
+import { callVia, eventually, getText, header, ownError, secretsOf, startArrivalUpstream, startSidecar, statusOf, type Sidecar } from './fleet.js'
 import { startRedisWithPassword } from './redis-auth.js'
 import { startRecordingTokenEndpoint } from '../helpers/recording-token-endpoint.js'
 
@@ -36,15 +36,18 @@ t.test('the Redis password never shows: in logs, /status, /readyz or /metrics, u
   // Up: the password works (both on redis, sharing one budget), the wrong one does not.
   for (const s of [direct, fromFile]) {
     const status = await eventually(`sidecar ${s.name} on redis`, async () => (await statusOf(s)).rateLimits, (r) => r?.backend === 'redis')
-    t.same(status?.redis, { url: shown, up: true }, `sidecar ${s.name}: /status shows ${shown}, up`)
+    t.same(status?.redis, { url: shown, up: true, problem: null }, `sidecar ${s.name}: /status shows ${shown}, up`)
   }
   const wrongStatus = await eventually('sidecar C (wrong password) on memory', async () => (await statusOf(wrong)).rateLimits, (r) => r?.backend === 'memory')
-  t.same(wrongStatus?.redis, { url: shown, up: false }, 'sidecar C: a wrong password is Redis not answering: memory, shown without the password')
+  t.same(wrongStatus?.redis, { url: shown, up: false, problem: 'redis refused our credentials (WRONGPASS): check the user and password in the Redis URL' },
+    'sidecar C: a wrong password is named as such (a configuration problem, not the network), shown without the password')
   const calls = []
   for (let i = 0; i < 8; i++) calls.push(await callVia(i % 2 === 0 ? direct : fromFile, '/v2/store/orders'))
   t.same(calls.map((c) => c.status), [200, 200, 200, 200, 200, 429, 429, 429], 'A and B share one budget of 5/1m: the password reached Redis')
   const wrongCall = await callVia(wrong, '/v2/store/orders')
-  t.equal(wrongCall.status, 200, 'sidecar C still serves its caller')
+  t.equal(wrongCall.status, 429, 'sidecar C never reached Redis and has no RATE_LIMIT_FLEET_SIZE: it cannot know its share, so it refuses')
+  t.equal(header(wrongCall, 'retry-after'), '1', 'and says to ask again soon (Redis may answer by then)')
+  t.match(ownError(wrongCall)?.message, /cannot be checked/)
   for (const s of [direct, fromFile, wrong]) t.same(leaks(await everything(s)), [], `sidecar ${s.name}, Redis up: no password anywhere`)
 
   // Down.

@@ -1,7 +1,8 @@
 import type { AddressInfo } from 'node:net'
 import type { Test } from 'tap'
 import { buildApp, type App, type AppDependencies } from '../../src/app.js'
-import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, loadConfig } from '../../src/config.js'
+import { loadConfig } from '../../src/config/load.js'
+import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
 import { createStandIn, type StandIn, type StandInOptions } from '../../src/demo/stand-in.js'
 import { captureLogs } from './logs.js'
 

@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream'
 import type { Logger } from 'pino'
-import type { LogLevel } from '../../src/config.js'
+import type { LogLevel } from '../../src/config/schema.js'
 import { createLogger } from '../../src/logger.js'
 
 /** The project's own logger, writing its JSON lines into memory for the test to read. */

@@ -46,8 +46,10 @@ t.test('a 429 passes unchanged and cools down its rule only, for its Retry-After
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_cooldown_until_seconds', { rule: ORDERS_RULE })), 0)
   t.same((await s.status()).rateLimits, {
     backend: 'memory',
+    degraded: false,
     redis: null,
-    rules: [{ rule: 'GET /v2/store/products/catalog', limits: ['100/1d'] }, { rule: ORDERS_RULE, limits: ['100/1s'] }],
+    fleet: null,
+    rules: [{ rule: 'GET /v2/store/products/catalog', limits: ['100/1d'], share: [100] }, { rule: ORDERS_RULE, limits: ['100/1s'], share: [100] }],
     cooldowns: []
   })
 })

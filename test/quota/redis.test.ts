@@ -62,50 +62,63 @@ t.test('keys: store-auth-proxy: + 16 hex of sha256(AUTH_URL \\n CLIENT_ID); a 42
   t.match(((await b.status()).rateLimits as { cooldowns: unknown[] }).cooldowns, [{ rule: 'upstream' }], 'the other sidecar shows it')
 })
 
-t.test('Redis killed mid-run: no caller error, fallback said once, /readyz stays 200; shared again when it returns', async (t) => {
+t.test('Redis killed mid-run, then restarted empty: honest 429s while the tally cannot be known, one window refused after, said once each', async (t) => {
   const redis = await startRedis(t)
-  const { a, upstream } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m` }, redis.url)
-  const statuses: number[] = []
-  for (let i = 0; i < 5; i++) statuses.push((await a.call(`/v2/store/${i}`, `before${i}`)).status)
+  const { a, upstream } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_MAX_WAIT_MS: '0' }, redis.url)
+  for (let i = 0; i < 5; i++) t.equal((await a.call(`/v2/store/${i}`, `before${i}`)).status, 200)
   await redis.stop()
-  for (let i = 0; i < 20; i++) statuses.push((await a.call(`/v2/store/${i}`, `during${i}`)).status)
-  t.same(statuses, Array(25).fill(200), 'every caller answered by the upstream')
-  t.equal(upstream.received.length, 25)
+  const during = []
+  for (let i = 0; i < 5; i++) during.push(await a.call(`/v2/store/${i}`, `during${i}`))
+  // Two sidecars: a's share is 500 a minute, spendable one window after Redis could last have
+  // counted it present (timeout 200 ms + presence TTL 3 s): until then, nothing.
+  t.same(during.map((d) => d.status), Array(5).fill(429), 'cut off: refused, not sent on a guess')
+  t.ok(during.every((d) => Number(d.headers['retry-after']) > 60 && Number(d.headers['retry-after']) <= 64), `Retry-After: when the share is safe (${String(during[0]?.headers['retry-after'])})`)
+  t.match(JSON.parse(during[0]?.body ?? '{}'), { error: 'UPSTREAM_RATE_LIMITED', message: /cannot be checked/ })
+  t.equal(upstream.received.length, 5)
   t.equal(await backendOf(a), 'memory')
   const ready = await request(a.adminUrl + '/readyz')
   t.equal(ready.statusCode, 200)
   const readyBody = await ready.body.json() as { reason: string, rateLimits: { backend: string } }
-  t.match(readyBody.reason, /rate limits in memory per sidecar: redis redis:\/\/127\.0\.0\.1:\d+ unreachable/)
+  t.match(readyBody.reason, /rate limits not shared: redis redis:\/\/127\.0\.0\.1:\d+ .*each sidecar spends only its share \(fleet size 2\)/)
   t.equal(readyBody.rateLimits.backend, 'memory')
-  t.match((await a.status()).rateLimits, { backend: 'memory', redis: { url: redis.url, up: false } })
+  t.match((await a.status()).rateLimits, { backend: 'memory', degraded: true, fleet: { size: 2 }, redis: { url: redis.url, up: false }, rules: [{ share: [500] }] })
   let m = await scrape(a.adminUrl)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_redis_fallbacks_total', {})), 1)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_redis_up', {})), 0)
+  t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_degraded', {})), 1)
+  t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_fleet_size', {})), 2)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_backend', { backend: 'memory' })), 1)
+  t.equal(m.get(seriesKey('store_auth_proxy_rate_limited_total', { rule: RULE, reason: 'degraded', action: 'refused' })), 5)
 
   await redis.start()
   await eventually(t, 'back on Redis', async () => (await backendOf(a)) === 'redis')
-  t.equal((await a.call('/v2/store/z', 'after')).status, 200)
+  const after = await a.call('/v2/store/z', 'after')
+  t.equal(after.status, 429, 'Redis came back empty: the last minute\'s tally is lost, so the rule is refused for one window')
+  t.ok(Number(after.headers['retry-after']) >= 59 && Number(after.headers['retry-after']) <= 60, String(after.headers['retry-after']))
   m = await scrape(a.adminUrl)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_redis_up', {})), 1)
+  t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_degraded', {})), 0)
+  t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_redis_data_lost_total', {})), 1)
   const quotaLogs = a.logs.entries().filter((e) => e.component === 'quota')
-  t.equal(quotaLogs.filter((e) => /redis unreachable or too slow/.test(String(e.msg))).length, 1, 'warned once')
+  t.equal(quotaLogs.filter((e) => /redis unreachable, too slow or refusing/.test(String(e.msg))).length, 1, 'warned once')
+  t.equal(quotaLogs.filter((e) => /lost its data/.test(String(e.msg))).length, 1, 'the lost tally said once')
   t.equal(quotaLogs.filter((e) => /answers again/.test(String(e.msg))).length, 1, 'recovery said once')
   t.equal(quotaLogs.find((e) => /unreachable/.test(String(e.msg)))?.level, 40)
 })
 
-t.test('a Redis slower than RATE_LIMIT_REDIS_TIMEOUT_MS: callers answered from memory, not held', async (t) => {
+t.test('a Redis slower than RATE_LIMIT_REDIS_TIMEOUT_MS: callers answered at once (429: the tally cannot be read), not held; its data kept, shared again after', async (t) => {
   const redis = await startRedis(t)
-  const { a } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_REDIS_TIMEOUT_MS: '100' }, redis.url)
+  const { a } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_REDIS_TIMEOUT_MS: '100', RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_FLEET_SIZE: '2' }, redis.url)
   const client = await admin(t, redis)
   await client.call('CLIENT', 'PAUSE', '3000', 'ALL')
   const started = performance.now()
   const seen = await a.call('/v2/store/slow', 'slow')
-  t.equal(seen.status, 200)
+  t.equal(seen.status, 429)
   t.ok(performance.now() - started < 2000, 'not held for the pause')
   t.equal(await backendOf(a), 'memory')
   t.equal((await scrape(a.adminUrl)).get(seriesKey('store_auth_proxy_rate_limit_redis_fallbacks_total', {})), 1)
   await eventually(t, 'back on Redis after the pause', async () => (await backendOf(a)) === 'redis')
+  t.equal((await a.call('/v2/store/fast', 'fast')).status, 200, 'Redis kept its data: no window is lost')
 })
 
 t.test('a Redis URL with a password: never in logs, /status, /readyz or /metrics, working or failing', async (t) => {
@@ -118,9 +131,9 @@ t.test('a Redis URL with a password: never in logs, /status, /readyz or /metrics
   t.equal(await backendOf(a), 'redis', 'authenticated')
   const wrong = await quotaSidecar(t, {}, { redisUrl: `redis://app:wrong-${password}@127.0.0.1:${redis.port}`, systemClock: true })
   t.equal(await backendOf(wrong), 'memory')
-  t.equal((await wrong.call('/v2/store/x', 'w')).status, 200)
+  t.match((await wrong.status()).rateLimits, { redis: { problem: /^redis refused our credentials \((WRONGPASS|NOAUTH)\)/ } }, 'a wrong password is named as such')
   await redis.stop()
-  t.equal((await a.call('/v2/store/x', 'x')).status, 200)
+  t.equal((await a.call('/v2/store/x', 'x')).status, 200, 'no rules: nothing to refuse')
   for (const s of [a, wrong]) {
     const shown = [
       s.logs.text(),

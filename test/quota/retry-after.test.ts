@@ -1,6 +1,7 @@
 // Reading the gateway's Retry-After and rate-limit fault (issue 14 §1), and the local Retry-After.
 import t from 'tap'
-import { isRateLimitFault, retryAfterMs, retryAfterSeconds } from '../../src/quota/retry-after.js'
+import { isRateLimitFault } from '../../src/quota/apigee-fault.js'
+import { retryAfterMs, retryAfterSeconds } from '../../src/quota/retry-after.js'
 import { nextCooldownMs } from '../../src/quota/store.js'
 
 const NOW = Date.parse('2026-11-23T12:00:00Z')

@@ -1,6 +1,7 @@
 // RATE_LIMITS syntax and matching (issue 14 §2), table-driven, and their configuration errors.
 import t from 'tap'
-import { ConfigError, loadConfig } from '../../src/config.js'
+import { loadConfig } from '../../src/config/load.js'
+import { ConfigError } from '../../src/config/parse-env.js'
 import { matchRule, matchSegments, parseLimit, parseRules } from '../../src/quota/rules.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
@@ -133,7 +134,8 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     cooldownMaxMs: 3_600_000,
     redisUrl: undefined,
     redisUrlSource: undefined,
-    redisTimeoutMs: 200
+    redisTimeoutMs: 200,
+    fleetSize: 0
   })
   const secret = 'Sup3rRedisPass'
   for (const [url, problem] of [

@@ -1,6 +1,7 @@
 import type { Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
+import type { FleetTiming } from '../../src/quota/fleet-store.js'
 import { build, startStandIn, type Built } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
@@ -41,6 +42,8 @@ export interface QuotaSidecarOptions {
   upstream?: RecordingUpstream
   /** The system clock (Redis tests: Redis keeps the time there); the fake one otherwise. */
   systemClock?: boolean
+  /** The fleet protocol's timing; by default no grace for a new Redis tally (tests start on an empty Redis). */
+  quotaTiming?: Partial<FleetTiming>
 }
 
 export async function quotaSidecar (t: Test, env: Record<string, string>, options: QuotaSidecarOptions = {}): Promise<QuotaSidecar> {
@@ -50,7 +53,7 @@ export async function quotaSidecar (t: Test, env: Record<string, string>, option
   const clock = fakeClock()
   const built = await build(t, {
     AUTH_URL: authUrl, UPSTREAM_URL: upstream.url, ...(redisUrl === undefined ? {} : { RATE_LIMIT_REDIS_URL: redisUrl }), ...env
-  }, systemClock ? {} : { clock: clock.clock })
+  }, { quotaTiming: options.quotaTiming ?? { freshGraceMs: 0 }, ...(systemClock ? {} : { clock: clock.clock }) })
   return {
     ...built,
     upstream,

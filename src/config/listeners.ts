@@ -1,0 +1,36 @@
+/**
+ * Whether two listen addresses could collide on one port, as far as can be told without
+ * resolving names: the same host; `::` (dual-stack on Linux, so every address); `0.0.0.0`
+ * and anything but an IPv6 literal; `localhost` and a loopback address. `127.0.0.1` and
+ * `::1` do not collide, nor do two different addresses.
+ */
+export function hostsOverlap (a: string, b: string): boolean {
+  const [x, y] = [normalHost(a), normalHost(b)]
+  if (x === y || x === '::' || y === '::') return true
+  if (x === '0.0.0.0') return !y.includes(':')
+  if (y === '0.0.0.0') return !x.includes(':')
+  return (x === 'localhost' && LOOPBACK.has(y)) || (y === 'localhost' && LOOPBACK.has(x))
+}
+const LOOPBACK = new Set(['127.0.0.1', '::1'])
+function normalHost (host: string): string {
+  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1')
+  return h === '::0' || h === '0:0:0:0:0:0:0:0' ? '::' : h
+}
+
+// A host name (RFC 1123 labels) or an IP literal; anything else cannot be listened on.
+const HOST_PATTERN = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i
+const IP_PATTERN = /^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?\]?)$/i
+
+/** What check-config can see about the two listeners without listening. */
+export function listenerProblems (raw: { HOST: string, PORT: number, ADMIN_HOST: string, ADMIN_PORT: number }): string[] {
+  const problems: string[] = []
+  for (const name of ['HOST', 'ADMIN_HOST'] as const) {
+    const host = raw[name]
+    if (!HOST_PATTERN.test(host) && !IP_PATTERN.test(host)) problems.push(`${name}: is neither a host name nor an IP address`)
+  }
+  if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && hostsOverlap(raw.HOST, raw.ADMIN_HOST)) {
+    problems.push(`PORT: equals ADMIN_PORT (${raw.PORT}) on overlapping addresses ` +
+      `(HOST=${raw.HOST}, ADMIN_HOST=${raw.ADMIN_HOST}): the two listeners need different ports`)
+  }
+  return problems
+}

@@ -1,0 +1,134 @@
+import { checkRateLimits, type RateLimitConfig } from '../quota/settings.js'
+import { TOKEN_PATH } from '../token/token-client.js'
+import { checkCredential, type CredentialSource } from './credentials.js'
+import { listenerProblems } from './listeners.js'
+import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
+import { schema, type LogLevel, type RawEnv } from './schema.js'
+import { checkBaseUrl, checkUrl } from './urls.js'
+
+export interface Config {
+  readonly authUrl: string
+  readonly clientId: CredentialSource
+  readonly clientSecret: CredentialSource
+  readonly upstreamUrl: string
+  readonly host: string
+  readonly port: number
+  readonly adminHost: string
+  readonly adminPort: number
+  readonly tokenTimeoutMs: number
+  readonly upstreamTimeoutMs: number
+  readonly tokenRefreshMarginMs: number
+  readonly tokenWaitMs: number
+  readonly shutdownGraceMs: number
+  readonly shutdownDelayMs: number
+  /** Largest request head (request line and headers) accepted; larger answers 431. */
+  readonly maxHeaderBytes: number
+  /** Largest request body forwarded; 0 for no limit. Larger answers 413. */
+  readonly maxBodyBytes: number
+  /** A caller must send the whole request head within this (slowloris). */
+  readonly headersTimeoutMs: number
+  /** A caller must send the whole request, body included, within this. */
+  readonly requestTimeoutMs: number
+  /** An idle keep-alive connection from a caller is closed after this. */
+  readonly keepAliveTimeoutMs: number
+  /** A connection with no traffic either way for this long is closed (a caller that stopped reading). */
+  readonly idleTimeoutMs: number
+  /** How long a request may wait for a connection to the upstream before 503 UPSTREAM_BUSY. */
+  readonly upstreamQueueTimeoutMs: number
+  /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
+  readonly upstreamQueueLimit: number
+  readonly accessLog: boolean
+  readonly logLevel: LogLevel
+  readonly rateLimits: RateLimitConfig
+}
+
+/**
+ * Validates the environment and returns a frozen Config. Every problem is
+ * reported at once in a ConfigError; no message ever contains a credential.
+ */
+export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSync): Config {
+  const problems: string[] = []
+  let raw: RawEnv
+  let typed = true
+  try {
+    raw = parseEnv(schema, env)
+  } catch (err) {
+    typed = false
+    problems.push(...schemaProblems(err))
+    // Keep checking what can be checked so that one run names every problem.
+    raw = { ...env } as unknown as RawEnv
+  }
+
+  const { authUrl, upstreamUrl } = checkBaseUrls(raw, problems)
+  const clientId = checkCredential('CLIENT_ID', raw.CLIENT_ID, raw.CLIENT_ID_FILE, readFile, problems)
+  const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
+  if (typed) problems.push(...crossFieldProblems(raw))
+  const rateLimits = checkRateLimits(raw, typed, readFile, problems)
+
+  if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
+      clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
+    throw new ConfigError(problems)
+  }
+
+  return Object.freeze({
+    authUrl,
+    clientId,
+    clientSecret,
+    upstreamUrl,
+    host: raw.HOST,
+    port: raw.PORT,
+    adminHost: raw.ADMIN_HOST,
+    adminPort: raw.ADMIN_PORT,
+    tokenTimeoutMs: raw.TOKEN_TIMEOUT_MS,
+    upstreamTimeoutMs: raw.UPSTREAM_TIMEOUT_MS,
+    tokenRefreshMarginMs: raw.TOKEN_REFRESH_MARGIN_MS,
+    tokenWaitMs: raw.TOKEN_WAIT_MS,
+    shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
+    shutdownDelayMs: raw.SHUTDOWN_DELAY_MS,
+    maxHeaderBytes: raw.MAX_HEADER_BYTES,
+    maxBodyBytes: raw.MAX_BODY_BYTES,
+    headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
+    requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
+    keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
+    idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
+    upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
+    upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
+    accessLog: raw.ACCESS_LOG,
+    logLevel: raw.LOG_LEVEL,
+    rateLimits
+  })
+}
+
+// The path callers use (README.md: every store API path starts with it).
+const STORE_PATH = '/v2/store'
+
+/** AUTH_URL and UPSTREAM_URL, checked and normalised (no trailing slash); problems are added to `problems`. */
+function checkBaseUrls (
+  raw: { AUTH_URL?: string | undefined, UPSTREAM_URL?: string | undefined }, problems: string[]
+): { authUrl: string | undefined, upstreamUrl: string | undefined } {
+  return {
+    authUrl: checkBaseUrl('AUTH_URL', checkUrl('AUTH_URL', raw.AUTH_URL, problems), TOKEN_PATH,
+      'the sidecar appends it itself', problems),
+    upstreamUrl: checkBaseUrl('UPSTREAM_URL', checkUrl('UPSTREAM_URL', raw.UPSTREAM_URL, problems), STORE_PATH,
+      'callers send paths that start with it, and each is appended to UPSTREAM_URL', problems)
+  }
+}
+
+/** Checks between variables, once each has its type. */
+function crossFieldProblems (raw: RawEnv): string[] {
+  const problems: string[] = []
+  if (raw.HEADERS_TIMEOUT_MS > raw.REQUEST_TIMEOUT_MS) {
+    problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
+  }
+  problems.push(...listenerProblems(raw))
+  // Only a request with a budget ever waits for one: without rules that wait is 0.
+  const hasRules = (raw.RATE_LIMITS ?? '').trim() !== '' || (raw.RATE_LIMITS_FILE ?? '') !== ''
+  const budgetWaitMs = hasRules ? raw.RATE_LIMIT_MAX_WAIT_MS : 0
+  if (raw.IDLE_TIMEOUT_MS <= raw.TOKEN_WAIT_MS + raw.UPSTREAM_QUEUE_TIMEOUT_MS + raw.UPSTREAM_TIMEOUT_MS + budgetWaitMs) {
+    // A caller's connection is silent while its request waits for a token, for its budget, for
+    // an upstream connection and for the answer: closing it sooner would leave the caller without a status line.
+    problems.push('IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS' +
+      (hasRules ? ' + RATE_LIMIT_MAX_WAIT_MS' : ''))
+  }
+  return problems
+}

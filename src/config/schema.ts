@@ -1,0 +1,107 @@
+// Every variable the sidecar reads, its type, its default and its limits, in one place.
+// The TypeScript type of a parsed environment is derived from this schema (EnvOf), so
+// the two cannot drift; README.md's configuration table is checked against it
+// (test/config/readme-table.test.ts).
+
+export const DEFAULT_PORT = 8080
+export const DEFAULT_ADMIN_PORT = 9090
+export const DEFAULT_TOKEN_TIMEOUT_MS = 10_000
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000
+export const DEFAULT_TOKEN_REFRESH_MARGIN_MS = 5 * 60_000
+export const DEFAULT_TOKEN_WAIT_MS = 3_000
+export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000
+export const DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000
+export const DEFAULT_REQUEST_TIMEOUT_MS = 300_000
+export const DEFAULT_KEEP_ALIVE_TIMEOUT_MS = 72_000
+export const DEFAULT_IDLE_TIMEOUT_MS = 120_000
+export const DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS = 5_000
+export const DEFAULT_UPSTREAM_QUEUE_LIMIT = 1_000
+export const DEFAULT_RATE_LIMIT_MAX_WAIT_MS = 1_000
+export const DEFAULT_RATE_LIMIT_COOLDOWN_MS = 1_000
+export const DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS = 60 * 60_000
+export const DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS = 200
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export type LogLevel = typeof LOG_LEVELS[number]
+
+/**
+ * The longest duration any variable accepts: one day. Node's timers hold at most
+ * 2^31−1 ms (24.8 days); a longer delay fires after 1 ms instead (a huge
+ * TOKEN_TIMEOUT_MS would time every token request out at once). One day is far longer
+ * than any timeout here needs, and the sum of two (SHUTDOWN_DELAY_MS + SHUTDOWN_GRACE_MS)
+ * still fits a timer.
+ */
+export const MAX_DURATION_MS = 24 * 60 * 60_000
+/** Node's own limit for setTimeout, which MAX_DURATION_MS keeps every timer under. */
+export const NODE_TIMER_MAX_MS = 2 ** 31 - 1
+
+export const durationMs = <D extends number>(def: D, minimum = 1) =>
+  ({ type: 'integer', minimum, maximum: MAX_DURATION_MS, default: def }) as const
+export const port = <D extends number>(def: D) => ({ type: 'integer', minimum: 0, maximum: 65535, default: def }) as const
+export const logLevel = { type: 'string', enum: LOG_LEVELS, default: 'info' } as const
+
+export const schema = {
+  type: 'object',
+  properties: {
+    AUTH_URL: { type: 'string' },
+    CLIENT_ID: { type: 'string' },
+    CLIENT_ID_FILE: { type: 'string' },
+    CLIENT_SECRET: { type: 'string' },
+    CLIENT_SECRET_FILE: { type: 'string' },
+    UPSTREAM_URL: { type: 'string' },
+    HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
+    PORT: port(DEFAULT_PORT),
+    ADMIN_HOST: { type: 'string', minLength: 1, default: '0.0.0.0' },
+    ADMIN_PORT: port(DEFAULT_ADMIN_PORT),
+    TOKEN_TIMEOUT_MS: durationMs(DEFAULT_TOKEN_TIMEOUT_MS),
+    UPSTREAM_TIMEOUT_MS: durationMs(DEFAULT_UPSTREAM_TIMEOUT_MS),
+    TOKEN_REFRESH_MARGIN_MS: durationMs(DEFAULT_TOKEN_REFRESH_MARGIN_MS, 0),
+    TOKEN_WAIT_MS: durationMs(DEFAULT_TOKEN_WAIT_MS, 0),
+    SHUTDOWN_GRACE_MS: durationMs(DEFAULT_SHUTDOWN_GRACE_MS),
+    SHUTDOWN_DELAY_MS: durationMs(0, 0),
+    MAX_HEADER_BYTES: { type: 'integer', minimum: 1024, maximum: 1024 * 1024, default: DEFAULT_MAX_HEADER_BYTES },
+    MAX_BODY_BYTES: { type: 'integer', minimum: 0, default: 0 },
+    HEADERS_TIMEOUT_MS: durationMs(DEFAULT_HEADERS_TIMEOUT_MS),
+    REQUEST_TIMEOUT_MS: durationMs(DEFAULT_REQUEST_TIMEOUT_MS),
+    KEEP_ALIVE_TIMEOUT_MS: durationMs(DEFAULT_KEEP_ALIVE_TIMEOUT_MS),
+    IDLE_TIMEOUT_MS: durationMs(DEFAULT_IDLE_TIMEOUT_MS),
+    UPSTREAM_QUEUE_TIMEOUT_MS: durationMs(DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS),
+    UPSTREAM_QUEUE_LIMIT: { type: 'integer', minimum: 0, maximum: 100_000, default: DEFAULT_UPSTREAM_QUEUE_LIMIT },
+    RATE_LIMITS: { type: 'string' },
+    RATE_LIMITS_FILE: { type: 'string' },
+    RATE_LIMIT_MAX_WAIT_MS: durationMs(DEFAULT_RATE_LIMIT_MAX_WAIT_MS, 0),
+    RATE_LIMIT_COOLDOWN_MS: durationMs(DEFAULT_RATE_LIMIT_COOLDOWN_MS, 0),
+    RATE_LIMIT_COOLDOWN_MAX_MS: durationMs(DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS),
+    RATE_LIMIT_REDIS_URL: { type: 'string' },
+    RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
+    RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
+    RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
+    ACCESS_LOG: { type: 'boolean', default: false },
+    LOG_LEVEL: logLevel
+  }
+} as const
+
+/** The shape of one property this project's schemas use. */
+interface Property {
+  readonly type: 'string' | 'integer' | 'boolean'
+  readonly enum?: readonly string[]
+  readonly default?: unknown
+}
+type ValueOf<P> =
+  P extends { readonly enum: ReadonlyArray<infer E> } ? E
+    : P extends { readonly type: 'string' } ? string
+      : P extends { readonly type: 'integer' } ? number
+        : P extends { readonly type: 'boolean' } ? boolean
+          : never
+type Props<S> = S extends { readonly properties: infer P extends Record<string, Property> } ? P : never
+
+/** What env-schema returns for a schema: a variable with a default is always there, one without may be missing. */
+export type EnvOf<S> = {
+  -readonly [K in keyof Props<S> as Props<S>[K] extends { readonly default: unknown } ? K : never]: ValueOf<Props<S>[K]>
+} & {
+  -readonly [K in keyof Props<S> as Props<S>[K] extends { readonly default: unknown } ? never : K]?: ValueOf<Props<S>[K]>
+}
+
+/** The sidecar's environment as the schema types it. */
+export type RawEnv = EnvOf<typeof schema>

@@ -1,0 +1,330 @@
+// The fleet's store: budgets shared through Redis by every sidecar on one credential, with
+// this sidecar's own ledger as the insurance (compare rate-limiter-flexible's
+// insuranceLimiter). Callers above it never branch on which answered. The guarantee it keeps
+// (docs/quota-guard.md): in any window of a limit, the fleet sends at most the limit — with
+// Redis up, slow, partitioned, restarted empty or gone — as long as RATE_LIMIT_FLEET_SIZE
+// (or the fleet size learned through Redis) covers every sidecar running at once.
+//
+// How, in short:
+// - Shared: each take is one Redis script on sliding logs; room is kept for the share
+//   (limit / fleet size) of every sidecar not present, since it may be spending on its own.
+// - Degraded (a command failed or was late): this sidecar asks Redis nothing more until it
+//   answers a PING again, and spends only its share, and only from one window after the last
+//   moment Redis could still have counted it present (every admission in such a window kept
+//   its share free). Fleet size 1: the whole budget (nobody else can spend).
+// - Back: one script tells Redis the ledger's open sends again (idempotent ids) and registers
+//   the sidecar present, atomically; a lost epoch gates every limit for one window.
+import type { Logger } from 'pino'
+import type { Clock } from '../clock.js'
+import type { Metrics } from '../metrics.js'
+import { createLedger, type OpenSend } from './ledger.js'
+import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
+import type { Limit, Rule } from './rules.js'
+import { createCooldowns, createSendIds, newMemberId, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
+
+/** The fleet protocol's timing; tests shorten it. */
+export interface FleetTiming {
+  /** How often a sidecar renews its presence (and, while cut off, PINGs Redis). */
+  heartbeatMs: number
+  /** A sidecar not heard from for this long is absent: the others keep its share free. */
+  presenceTtlMs: number
+  /** An epoch younger than this may have replaced a lost one whose sidecars have not told it their sends yet. */
+  freshGraceMs: number
+}
+
+export const DEFAULT_FLEET_TIMING: FleetTiming = Object.freeze({ heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 3_000 })
+
+export type FleetState = 'connecting' | 'shared' | 'degraded'
+/** As reported: `settling` is shared but within the grace of a young epoch (budgets still refused). */
+export type FleetReportedState = FleetState | 'settling'
+
+export interface FleetStatus {
+  state: FleetReportedState
+  /** The fleet size used for shares (RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together); 0: unknown. */
+  size: number
+  /** Sidecars present at the last contact with Redis. */
+  present: number
+  /** Why Redis is not used, when it is not (never a credential). */
+  problem: string | undefined
+}
+
+export interface FleetStoreOptions {
+  redis: RedisStore
+  clock: Clock
+  log: Logger
+  metrics: Metrics
+  rules: readonly Rule[]
+  redisTimeoutMs: number
+  /** RATE_LIMIT_FLEET_SIZE; 0 when unset. */
+  fleetFloor: number
+  timing?: Partial<FleetTiming>
+  /** A cool-down met in Redis, or lengthened by it, is held here: the guard updates its gauge. */
+  onCooldown: (scope: string) => void
+}
+
+export function createFleetStore (options: FleetStoreOptions) {
+  const { redis, clock, log, metrics, rules, redisTimeoutMs, fleetFloor, onCooldown } = options
+  const timing: FleetTiming = { ...DEFAULT_FLEET_TIMING, ...options.timing }
+  const ledger = createLedger(clock)
+  const cooldowns: Cooldowns = createCooldowns(clock)
+  const member: Member = { id: newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
+  const nextId = createSendIds(member.id)
+
+  let state: FleetState = 'connecting'
+  let size = fleetFloor
+  let present = 0
+  /** Monotonic ms until which an epoch too young to trust holds every budget. */
+  let graceUntil = -Infinity
+  /**
+   * The latest monotonic time at which Redis may still count this sidecar present: every
+   * presence-renewing script is sent with a deadline of its send time + the timeout, and
+   * presence lasts the TTL after it. Spending alone is safe one window after this.
+   */
+  let presenceBound = -Infinity
+  let problem: string | undefined
+  let loggedProblem: string | undefined
+  let closed = false
+  let stopTimer: (() => void) | undefined
+  let reasserting: Promise<void> | undefined
+
+  const sending = (): void => { presenceBound = Math.max(presenceBound, clock.now() + redisTimeoutMs + timing.presenceTtlMs) }
+  function learn (reply: { fleetSize: number, present: number }): void {
+    size = Math.max(reply.fleetSize, fleetFloor)
+    present = reply.present
+    metrics.rateLimitFleetSize?.set(size)
+    metrics.rateLimitFleetPresent?.set(present)
+  }
+
+  function setState (next: FleetState): void {
+    state = next
+    metrics.rateLimitBackend.set({ backend: 'memory' }, next === 'shared' ? 0 : 1)
+    metrics.rateLimitBackend.set({ backend: 'redis' }, next === 'shared' ? 1 : 0)
+    metrics.rateLimitDegraded?.set(next === 'shared' ? 0 : 1)
+    metrics.rateLimitRedisUp?.set(next === 'shared' ? 1 : 0)
+  }
+
+  /** Logs a change of why Redis is not used, once per change. */
+  function report (next: string | undefined, message: string): void {
+    problem = next
+    if (next === loggedProblem) return
+    loggedProblem = next
+    if (next !== undefined) log.warn({ redis: redis.displayUrl, reason: next }, message)
+  }
+
+  /** Redis failed or was late: from now on, this sidecar decides alone until Redis answers a PING. */
+  function fallBack (err: unknown): void {
+    if (closed) return
+    const auth = redisAuthProblem(err) ?? redisAuthProblem(redis.lastError())
+    const reason = auth ?? redis.describe(err)
+    if (state === 'shared') {
+      setState('degraded')
+      metrics.rateLimitRedisFallbacks.inc()
+      report(reason, 'rate-limit redis unreachable, too slow or refusing: each sidecar spends only its share of the budgets until it answers')
+    } else if (auth !== undefined) {
+      report(auth, 'rate-limit redis refused our credentials')
+    } else {
+      problem = reason
+    }
+    schedule()
+  }
+
+  /** Share of a limit this sidecar may spend on its own. */
+  const shareOf = (limit: Limit): number => size <= 0 ? 0 : Math.floor(limit.count / size)
+
+  /** A take decided without Redis: the share, from one window after Redis last counted this sidecar present. */
+  function alone (scope: string, limits: readonly Limit[]): Take {
+    if (size === 1) {
+      const wait = ledger.wait(scope, limits)
+      return wait > 0 ? { kind: 'degraded', ms: wait } : admit(scope, limits)
+    }
+    const now = clock.now()
+    let ms = 0
+    for (const limit of limits) {
+      // Share 0 (or no fleet size known): nothing until Redis answers; ask again after a heartbeat.
+      if (shareOf(limit) === 0) return { kind: 'degraded', ms: timing.heartbeatMs }
+      ms = Math.max(ms, presenceBound + limit.windowMs - now)
+    }
+    if (ms > 0) return { kind: 'degraded', ms }
+    const wait = ledger.wait(scope, limits, shareOf)
+    return wait > 0 ? { kind: 'degraded', ms: wait } : admit(scope, limits)
+  }
+
+  function admit (scope: string, limits: readonly Limit[], id = nextId()): Take {
+    ledger.record(scope, limits, id)
+    return { kind: 'ok', id }
+  }
+
+  async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
+    const id = nextId()
+    sending()
+    let reply
+    try {
+      reply = await redis.take(member, scope, limits, id)
+    } catch (err) {
+      fallBack(err)
+      return alone(scope, limits)
+    }
+    switch (reply.code) {
+      case 'ok':
+        learn(reply)
+        return admit(scope, limits, id)
+      case 'cooldown':
+        learn(reply)
+        if (cooldowns.hold(scope, reply.ms)) onCooldown(scope)
+        return { kind: 'cooldown', ms: reply.ms }
+      case 'budget':
+        learn(reply)
+        return { kind: 'budget', ms: reply.ms }
+      case 'gated':
+        learn(reply)
+        return { kind: 'degraded', ms: reply.ms }
+      case 'epoch':
+        // Redis lost (or changed) its data: decide alone until the ledger is told again.
+        setState('degraded')
+        void reassert()
+        return alone(scope, limits)
+      default:
+        fallBack(new Error(`no answer within ${redisTimeoutMs} ms`))
+        return alone(scope, limits)
+    }
+  }
+
+  function take (scope: string, limits: readonly Limit[]): Take | Promise<Take> {
+    const cooling = cooldowns.left(scope)
+    if (cooling > 0) return { kind: 'cooldown', ms: cooling }
+    if (state !== 'shared') return limits.length === 0 ? { kind: 'ok', id: '' } : alone(scope, limits)
+    const now = clock.now()
+    if (now < graceUntil && limits.length > 0) return { kind: 'degraded', ms: graceUntil - now }
+    return shared(scope, limits)
+  }
+
+  /** Every limit of every rule, with this sidecar's open sends: what Redis is told again. */
+  function reassertion (): ReassertLimit[] {
+    const open = new Map<string, OpenSend[]>()
+    for (const send of ledger.open()) {
+      const key = `${send.scope}\n${send.limit.text}`
+      open.set(key, [...(open.get(key) ?? []), send])
+    }
+    return rules.flatMap((rule) => rule.limits.map((limit) => ({
+      scope: rule.id,
+      limit,
+      sends: (open.get(`${rule.id}\n${limit.text}`) ?? []).map((s) => ({ id: s.id, ageMs: s.ageMs }))
+    })))
+  }
+
+  /** Redis answers again (or for the first time): tell it the ledger, then share. Single-flight. */
+  function reassert (): Promise<void> {
+    reasserting ??= (async () => {
+      try {
+        await redis.readClock()
+        sending()
+        const reply = await redis.reassert(member, reassertion(), newMemberId())
+        if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
+        if (reply.lost) {
+          log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')
+          metrics.rateLimitRedisDataLost?.inc()
+        }
+        member.epoch = reply.epoch
+        if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
+        learn(reply)
+        await shareCooldowns()
+        const was = state
+        setState('shared')
+        report(undefined, '')
+        log.info({ redis: redis.displayUrl, fleetSize: size, present },
+          was === 'degraded' ? 'rate-limit redis answers again: budgets are shared' : 'rate-limit budgets and cool-downs are shared in redis')
+      } catch (err) {
+        fallBack(err)
+      } finally {
+        reasserting = undefined
+        schedule()
+      }
+    })()
+    return reasserting
+  }
+
+  /** Cool-downs begun while Redis was away (or lost with its data) go to Redis, so the whole fleet keeps them. */
+  async function shareCooldowns (): Promise<void> {
+    const now = clock.now()
+    await Promise.all(cooldowns.active().map(async ({ scope, endsAt }) => {
+      await redis.coolDown(scope, { retryAfterMs: endsAt - now, baseMs: 0, maxMs: endsAt - now })
+    }))
+  }
+
+  /** Shared: the presence heartbeat. Otherwise: a PING, and the reassertion when it answers. */
+  async function tick (): Promise<void> {
+    if (state === 'shared') {
+      sending()
+      try {
+        const reply = await redis.heartbeat(member)
+        if (reply.code === 'ok') learn(reply)
+        else if (reply.code === 'epoch') {
+          setState('degraded')
+          await reassert()
+          return
+        } else fallBack(new Error(`no answer within ${redisTimeoutMs} ms`))
+      } catch (err) {
+        fallBack(err)
+      }
+    } else if (await redis.ping()) {
+      await reassert()
+      return
+    }
+    schedule()
+  }
+
+  function schedule (): void {
+    if (closed || stopTimer !== undefined || reasserting !== undefined) return
+    stopTimer = clock.setTimer(() => {
+      stopTimer = undefined
+      void tick()
+    }, timing.heartbeatMs)
+  }
+
+  const store: Store = {
+    take,
+    refund (scope, limits, id) {
+      ledger.refund(scope, limits, id)
+      // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
+      if (state === 'shared') redis.refund(scope, limits, id).catch(() => {})
+    },
+    coolDown (scope: string, request: CooldownRequest): number {
+      const ms = cooldowns.start(scope, request)
+      if (state === 'shared') {
+        redis.coolDown(scope, request).then((sharedMs) => { if (cooldowns.hold(scope, sharedMs)) onCooldown(scope) }, fallBack)
+      }
+      return ms
+    }
+  }
+
+  return {
+    ...store,
+    cooldowns,
+    displayUrl: redis.displayUrl,
+    status: (): FleetStatus => ({ state: state === 'shared' && clock.now() < graceUntil ? 'settling' : state, size, present, problem }),
+    /** Share of a limit while cut off from Redis (floor(limit / fleet size); the whole limit for a fleet of one). */
+    share: (limit: Limit): number => size === 1 ? limit.count : shareOf(limit),
+    /** Connects for at most the timeout (at least 1 s); never fails. */
+    async start (): Promise<void> {
+      redis.onState((up, err) => {
+        if (up) void reassert()
+        else if (state === 'shared') fallBack(err)
+      })
+      metrics.rateLimitFleetSize?.set(size)
+      if (await redis.connect()) {
+        await reassert()
+        return
+      }
+      const reason = redisAuthProblem(redis.lastError()) ?? 'not reachable'
+      report(reason, 'rate-limit redis not reachable at start: each sidecar spends only its share of the budgets until it answers')
+      schedule()
+    },
+    async close (): Promise<void> {
+      closed = true
+      stopTimer?.()
+      await redis.close()
+    }
+  }
+}
+
+export type FleetStore = ReturnType<typeof createFleetStore>

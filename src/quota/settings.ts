@@ -1,0 +1,137 @@
+// The quota guard's settings: RATE_LIMITS(_FILE) and RATE_LIMIT_*, read from the environment
+// that src/config/ has typed (their schema entries, defaults and limits are there).
+import { type RawEnv } from '../config/schema.js'
+import { type ReadFileSync } from '../config/parse-env.js'
+import { trimCredential } from '../config/credentials.js'
+import { SecretFileError } from '../secret-file.js'
+import { parseRules, type Rule } from './rules.js'
+
+/** The quota guard's settings (src/quota/). */
+export interface RateLimitConfig {
+  /** Budget rules in the order given; the first matching one wins. */
+  readonly rules: readonly Rule[]
+  /** Where the rules came from: `RATE_LIMITS`, `RATE_LIMITS_FILE (path)`, or undefined for none. */
+  readonly rulesSource: string | undefined
+  /** A request over budget waits at most this long for it to free; 0 = never waits. */
+  readonly maxWaitMs: number
+  /** The first cool-down after a rate-limit answer without a usable Retry-After; 0 disables cool-downs. */
+  readonly cooldownMs: number
+  /** Cap on Retry-After and on the backoff. */
+  readonly cooldownMaxMs: number
+  /** The Redis URL, credentials included: never log or show it (see redisDisplayUrl). */
+  readonly redisUrl: string | undefined
+  /** Where the URL came from (RATE_LIMIT_REDIS_URL, or the file's path). */
+  readonly redisUrlSource: string | undefined
+  /** A Redis command slower than this counts as a failure (degraded mode). */
+  readonly redisTimeoutMs: number
+  /**
+   * The most sidecars on this credential that run at once (RATE_LIMIT_FLEET_SIZE); 0 when
+   * unset (then learned through Redis). Cut off from Redis, a sidecar spends limit / size.
+   */
+  readonly fleetSize: number
+}
+
+/** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
+export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFileSync, problems: string[]): RateLimitConfig | undefined {
+  const before = problems.length
+  const inline = raw.RATE_LIMITS
+  const file = raw.RATE_LIMITS_FILE
+  let rules: Rule[] = []
+  let rulesSource: string | undefined
+  if (inline !== undefined && inline.trim() !== '' && file !== undefined && file !== '') {
+    problems.push('RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both')
+  } else if (file !== undefined && file !== '') {
+    let text: string | undefined
+    try {
+      text = readFile(file)
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMITS_FILE: ${err.message}`
+        : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+    if (text !== undefined) {
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`)
+      rules = parsed.rules
+      problems.push(...parsed.problems)
+      rulesSource = `RATE_LIMITS_FILE (${file})`
+    }
+  } else if (inline !== undefined && inline.trim() !== '') {
+    const parsed = parseRules(inline, 'RATE_LIMITS')
+    rules = parsed.rules
+    problems.push(...parsed.problems)
+    rulesSource = 'RATE_LIMITS'
+  }
+
+  let redisUrl: string | undefined
+  let redisUrlSource: string | undefined
+  const urlValue = raw.RATE_LIMIT_REDIS_URL
+  const urlFile = raw.RATE_LIMIT_REDIS_URL_FILE
+  if (urlValue !== undefined && urlValue !== '' && urlFile !== undefined && urlFile !== '') {
+    problems.push('RATE_LIMIT_REDIS_URL: set either RATE_LIMIT_REDIS_URL or RATE_LIMIT_REDIS_URL_FILE, not both')
+  } else if (urlFile !== undefined && urlFile !== '') {
+    try {
+      const url = trimCredential(readFile(urlFile)).trim()
+      const problem = redisUrlProblem(url)
+      if (problem === undefined) {
+        redisUrl = url
+        redisUrlSource = `RATE_LIMIT_REDIS_URL_FILE (${urlFile})`
+      } else {
+        problems.push(`RATE_LIMIT_REDIS_URL_FILE: in ${urlFile}, the URL ${problem}`)
+      }
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMIT_REDIS_URL_FILE: ${err.message}`
+        : `RATE_LIMIT_REDIS_URL_FILE: cannot read ${urlFile} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+  } else if (urlValue !== undefined && urlValue !== '') {
+    const problem = redisUrlProblem(urlValue)
+    if (problem === undefined) {
+      redisUrl = urlValue
+      redisUrlSource = 'RATE_LIMIT_REDIS_URL'
+    } else {
+      problems.push(`RATE_LIMIT_REDIS_URL: ${problem}`)
+    }
+  }
+
+  if (typed && raw.RATE_LIMIT_COOLDOWN_MS > raw.RATE_LIMIT_COOLDOWN_MAX_MS) {
+    problems.push('RATE_LIMIT_COOLDOWN_MS: must not exceed RATE_LIMIT_COOLDOWN_MAX_MS')
+  }
+  if (!typed || problems.length > before) return undefined
+  return Object.freeze({
+    rules: Object.freeze(rules),
+    rulesSource,
+    maxWaitMs: raw.RATE_LIMIT_MAX_WAIT_MS,
+    cooldownMs: raw.RATE_LIMIT_COOLDOWN_MS,
+    cooldownMaxMs: raw.RATE_LIMIT_COOLDOWN_MAX_MS,
+    redisUrl,
+    redisUrlSource,
+    redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
+    fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0
+  })
+}
+
+/** What is wrong with a Redis URL, never repeating it (it may hold a password). */
+function redisUrlProblem (value: string): string | undefined {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return 'is not a valid URL'
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') return 'must be a redis:// or rediss:// URL'
+  if (url.hostname === '') return 'must name a host'
+  if (url.search !== '' || url.hash !== '') return 'must not contain a query string or fragment'
+  if (url.pathname !== '' && url.pathname !== '/' && !/^\/\d+$/.test(url.pathname)) return 'may only have a database number as its path (/0)'
+  return undefined
+}
+
+/** A Redis URL as it may be shown: `scheme://host:port`, never the user, password or path. */
+export function redisDisplayUrl (value: string): string {
+  try {
+    const url = new URL(value)
+    const port = url.port === '' ? '6379' : url.port
+    return `${url.protocol}//${url.hostname}:${port}`
+  } catch {
+    return 'redis://(invalid)'
+  }
+}

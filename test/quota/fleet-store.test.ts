@@ -1,0 +1,221 @@
+// The fleet store's policy on a fake clock, with Redis replaced by a scripted double: what a
+// sidecar may spend alone, and when. (test/quota/redis.test.ts and test/quota/model/ run the
+// real scripts on a real Redis.)
+import t, { type Test } from 'tap'
+import pino from 'pino'
+import { createMetrics } from '../../src/metrics.js'
+import { createFleetStore } from '../../src/quota/fleet-store.js'
+import type { Member, RedisStore, ReassertLimit, TakeReply } from '../../src/quota/redis-backend.js'
+import { parseRules, type Rule } from '../../src/quota/rules.js'
+import type { Take } from '../../src/quota/store.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+
+const TIMEOUT_MS = 100
+const TIMING = { heartbeatMs: 200, presenceTtlMs: 600, freshGraceMs: 0 }
+
+function rulesOf (text: string): Rule[] {
+  const { rules, problems } = parseRules(text, 'RATE_LIMITS')
+  if (problems.length > 0) throw new Error(problems.join('\n'))
+  return rules
+}
+
+/** A Redis double: `answer` decides each take; `up` false makes every command fail. */
+function fakeRedis () {
+  const calls: string[] = []
+  const reasserted: ReassertLimit[][] = []
+  const refunded: string[] = []
+  const state = {
+    up: true,
+    lost: false,
+    fleetSize: 2,
+    present: 2,
+    lastError: undefined as unknown,
+    answer: (_scope: string, _id: string): Partial<TakeReply> => ({ code: 'ok' })
+  }
+  let listener: ((up: boolean, err?: unknown) => void) | undefined
+  const fail = (): never => { throw new Error('Command timed out') }
+  const redis = {
+    displayUrl: 'redis://127.0.0.1:6379',
+    async readClock () { calls.push('time'); if (!state.up) fail() },
+    async take (_m: Member, scope: string, _l: unknown, id: string): Promise<TakeReply> {
+      calls.push(`take ${scope}`)
+      if (!state.up) fail()
+      return { code: 'ok', ms: 0, fleetSize: state.fleetSize, present: state.present, ...state.answer(scope, id) }
+    },
+    async reassert (_m: Member, limits: ReassertLimit[]) {
+      calls.push('reassert')
+      if (!state.up) fail()
+      reasserted.push(limits)
+      return { late: false, lost: state.lost, fleetSize: state.fleetSize, present: state.present, epoch: 'e:1', epochAgeMs: 60_000 }
+    },
+    async heartbeat () {
+      calls.push('heartbeat')
+      if (!state.up) fail()
+      return { code: 'ok' as const, fleetSize: state.fleetSize, present: state.present }
+    },
+    async refund (_s: string, _l: unknown, id: string) { refunded.push(id); if (!state.up) fail() },
+    async coolDown (_s: string, request: { retryAfterMs: number | undefined }) { calls.push('cooldown'); if (!state.up) fail(); return request.retryAfterMs ?? 1000 },
+    onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
+    async connect () { return state.up },
+    async ping () { calls.push('ping'); return state.up },
+    lastError: () => state.lastError,
+    describe: (err: unknown) => (err as Error).message,
+    async close () {}
+  }
+  return { redis: redis as unknown as RedisStore, state, calls, reasserted, refunded, emit: (up: boolean, err?: unknown) => { listener?.(up, err) } }
+}
+
+async function setup (t: Test, rules: string, { fleetFloor = 0, up = true, fleetSize = 2 } = {}) {
+  const c = fakeClock()
+  const double = fakeRedis()
+  double.state.up = up
+  double.state.fleetSize = fleetSize
+  double.state.present = fleetSize
+  const logs: Array<Record<string, unknown>> = []
+  const log = pino({ level: 'debug' }, { write: (line: string) => { logs.push(JSON.parse(line) as Record<string, unknown>) } })
+  const cooled: string[] = []
+  const store = createFleetStore({
+    redis: double.redis,
+    clock: c.clock,
+    log,
+    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
+    rules: rulesOf(rules),
+    redisTimeoutMs: TIMEOUT_MS,
+    fleetFloor,
+    timing: TIMING,
+    onCooldown: (scope) => { cooled.push(scope) }
+  })
+  await store.start()
+  t.teardown(() => store.close())
+  const rule = rulesOf(rules)[0] as Rule
+  const take = async (): Promise<Take> => await store.take(rule.id, rule.limits)
+  return { c, store, double, logs, cooled, rule, take }
+}
+
+t.test('cut off with no fleet size known: budgeted requests are refused, unbudgeted ones go', async (t) => {
+  const { store, take } = await setup(t, 'GET /a 4/1s', { up: false })
+  t.equal(store.status().state, 'connecting')
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'never saw Redis, no RATE_LIMIT_FLEET_SIZE: share unknown')
+  t.match(await store.take('upstream', []), { kind: 'ok', id: '' })
+})
+
+t.test('cut off from the start with RATE_LIMIT_FLEET_SIZE: the share at once (Redis never counted this sidecar present)', async (t) => {
+  const { take } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, up: false })
+  t.match(await take(), { kind: 'ok' })
+  t.match(await take(), { kind: 'ok' })
+  t.match(await take(), { kind: 'degraded' }, 'floor(4 / 2) = 2 per window, no more')
+})
+
+t.test('degraded after a failure: nothing for one window after the last moment Redis could count it present, then its share; its earlier sends count', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 6/1s')
+  t.equal(store.status().state, 'shared')
+  t.match(await take(), { kind: 'ok' }, 'shared: one send through Redis')
+  const sentAt = c.clock.now()
+  double.state.up = false
+  const first = await take()
+  t.equal(store.status().state, 'degraded')
+  // The failed take was itself sent (and may run late in Redis, until its deadline): presence
+  // may last until then + timeout + TTL; one window (1 s) later the share may be spent.
+  t.match(first, { kind: 'degraded', ms: TIMEOUT_MS + TIMING.presenceTtlMs + 1000 })
+  await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000 - 1)
+  t.match(await take(), { kind: 'degraded', ms: 1 })
+  await c.tick(1)
+  t.ok(c.clock.now() - sentAt >= 1000, 'the shared send has left its window by now')
+  for (let i = 0; i < 3; i++) t.match(await take(), { kind: 'ok' }, `share ${i + 1} of floor(6 / 2)`)
+  t.match(await take(), { kind: 'degraded' }, 'the share is spent')
+  t.equal(double.calls.filter((call) => call.startsWith('take')).length, 2, 'no take is sent to Redis while degraded')
+})
+
+t.test('a share of 0 (the catalog across two sidecars) is refused while degraded; a fleet of one keeps its whole budget at once', async (t) => {
+  const two = await setup(t, 'GET /catalog 1/4h')
+  two.double.state.up = false
+  t.match(await two.take(), { kind: 'degraded', ms: TIMING.heartbeatMs })
+  await two.c.tick(10 * TIMING.heartbeatMs)
+  t.match(await two.take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'not a matter of time: refused until Redis answers')
+
+  const one = await setup(t, 'GET /catalog 1/1m', { fleetSize: 1 })
+  t.match(await one.take(), { kind: 'ok' })
+  t.equal(one.store.share(one.rule.limits[0]!), 1)
+  one.double.state.up = false
+  t.match(await one.take(), { kind: 'degraded', ms: 60_000 }, 'alone: its own send holds the window, Redis or not')
+  await one.c.tick(60_000)
+  t.match(await one.take(), { kind: 'ok' })
+})
+
+t.test('a late answer (the script waited past its deadline and did nothing) is a failure', async (t) => {
+  const { store, double, take } = await setup(t, 'GET /a 4/1s')
+  double.state.answer = () => ({ code: 'late' })
+  t.match(await take(), { kind: 'degraded' })
+  t.equal(store.status().state, 'degraded')
+})
+
+t.test('Redis answers again: the ledger is told again with the same ids, then shared', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 10/10s', { fleetFloor: 2 })
+  const ids: string[] = []
+  double.state.answer = (_scope, id) => { ids.push(id); return { code: 'ok' } }
+  await take()
+  double.state.up = false
+  t.match(await take(), { kind: 'degraded' })
+  double.state.up = true
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(0)
+  t.equal(store.status().state, 'shared')
+  t.same(double.reasserted.at(-1)?.[0]?.sends.map((s) => s.id), [ids[0]], 'the send made through Redis, with its own id')
+
+  double.state.up = false
+  await take()
+  await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 10_000)
+  const alone = await take()
+  t.equal(alone.kind, 'ok', 'its share, a window after the loss')
+  double.state.up = true
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(0)
+  t.equal(store.status().state, 'shared')
+  t.same(double.reasserted.at(-1)?.[0]?.sends.map((s) => s.id), [alone.kind === 'ok' ? alone.id : 'none'], 'the send made alone is told to Redis')
+})
+
+t.test('the epoch changed under a take: decide alone, and tell Redis the ledger again', async (t) => {
+  const { c, store, double, take } = await setup(t, 'GET /a 4/1s')
+  const before = double.reasserted.length
+  double.state.answer = () => ({ code: 'epoch' })
+  t.match(await take(), { kind: 'degraded' })
+  await c.tick(0)
+  t.equal(double.reasserted.length, before + 1)
+  t.equal(store.status().state, 'shared')
+})
+
+t.test('refunds: Redis is told while shared; the ledger always', async (t) => {
+  const { store, double, rule, take } = await setup(t, 'GET /a 1/1m', { fleetFloor: 1, fleetSize: 1 })
+  const sent = await take()
+  t.equal(sent.kind, 'ok')
+  if (sent.kind === 'ok') store.refund(rule.id, rule.limits, sent.id)
+  t.same(double.refunded, [sent.kind === 'ok' ? sent.id : ''])
+  double.state.up = false
+  const alone = await take()
+  t.equal(alone.kind, 'ok', 'fleet of one: the refunded point is free again in the ledger')
+  if (alone.kind === 'ok') store.refund(rule.id, rule.limits, alone.id)
+  t.equal(double.refunded.length, 1, 'not sent to a Redis that does not answer')
+  t.match(await take(), { kind: 'ok' })
+})
+
+t.test('a cool-down met in Redis is kept here and honoured while cut off', async (t) => {
+  const { c, store, double, cooled, take } = await setup(t, 'GET /a 100/1s', { fleetFloor: 1, fleetSize: 1 })
+  double.state.answer = () => ({ code: 'cooldown', ms: 30_000 })
+  t.match(await take(), { kind: 'cooldown', ms: 30_000 })
+  t.same(cooled, ['GET /a'])
+  double.state.up = false
+  await c.tick(10_000)
+  t.match(await take(), { kind: 'cooldown', ms: 20_000 }, 'Redis gone: TI\'s Retry-After still holds')
+  t.equal(store.cooldowns.left('GET /a'), 20_000)
+})
+
+t.test('a refused password is named, logged once per change, and shown', async (t) => {
+  const { store, double, logs, take } = await setup(t, 'GET /a 4/1s')
+  double.state.up = false
+  const wrongpass = new Error('WRONGPASS invalid username-password pair or user is disabled.')
+  double.state.lastError = wrongpass
+  await take()
+  double.emit(false, wrongpass)
+  t.match(store.status().problem, /^redis refused our credentials \(WRONGPASS\)/)
+  t.equal(logs.filter((l) => /refused our credentials|unreachable/.test(String(l.msg)) || /WRONGPASS/.test(String(l.reason))).length, 1, 'once')
+})
