@@ -9,6 +9,7 @@
 //   G3  every caller answered: a status line, within HANG_MS, never a reset;
 //   cool-down: a sidecar that learned of TI's cool-down (its own 429 from TI, or a
 //       cool-down refusal it answered) sends nothing of that rule until it ends.
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'
 import { kindOf, PATHS, rateLimitsOf, type Command, type FaultKind, type FleetConfig, type PathKind, type RuleModel } from './schedule.js'
@@ -45,6 +46,8 @@ export interface RunReport {
   livenessChecked: number
   /** Calls G2 would have held but that met a Redis answering late (degraded by the spec's definition). */
   livenessLate: number
+  /** The recovery tail was not judged: Redis answered late on a loaded machine. */
+  recoveryLate: boolean
   trace: string[]
 }
 
@@ -70,7 +73,7 @@ interface Learned { rule: number, from: number, until: number, how: string }
 /** One schedule against one fleet; stops at the first violation. */
 export async function runSchedule (config: FleetConfig, schedule: Command[], runId = 'run'): Promise<RunReport> {
   const scope = runScope()
-  const report: RunReport = { violation: undefined, kinds: new Set(), calls: 0, steps: 0, livenessChecked: 0, livenessLate: 0, trace: [] }
+  const report: RunReport = { violation: undefined, kinds: new Set(), calls: 0, steps: 0, livenessChecked: 0, livenessLate: 0, recoveryLate: false, trace: [] }
   try {
     const fleet = await startFleet(scope, config.size, { RATE_LIMITS: rateLimitsOf(config.rules), ...config.env })
     await drive(fleet, config, schedule, runId, report)
@@ -104,6 +107,32 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     !fleet.redis.running || fleet.redis.frozen || passwordWrong || performance.now() < slowUntil ||
     fleet.sidecars.some((s) => s.redisProxy.mode !== 'open')
   const noteFaults = (): void => { if (faultActive()) lastFaultAt = performance.now() }
+
+  // "Redis answers in time" is also up to the machine: on a loaded one, this process's
+  // event loop (the sidecars', the test's) or redis-server can stall past the timeout, and
+  // a sidecar is then degraded by the spec's own definition, for up to PRESENCE_TTL +
+  // timeout + W. A probe PINGs Redis and watches the event loop; only a stall it saw
+  // excuses a sidecar that reports itself degraded where the test expected it healthy.
+  const LATE_MS = REDIS_TIMEOUT_MS
+  const degradedSpanMs = QUOTA_TIMING.presenceTtlMs + REDIS_TIMEOUT_MS + maxWindowMs(rules) + SETTLED_MS
+  let lateAt = -Infinity
+  const lateRecently = (): boolean => performance.now() - lateAt < degradedSpanMs
+  const lag = monitorEventLoopDelay({ resolution: 10 })
+  lag.enable()
+  const probing = { on: true }
+  const probe = (async () => {
+    while (probing.on) {
+      const started = performance.now()
+      if (!faultActive()) {
+        await Promise.race([fleet.redis.command('PING').catch(() => ''), sleep(4 * LATE_MS)])
+        if (performance.now() - started > LATE_MS && !faultActive()) lateAt = performance.now()
+      }
+      if (lag.max / 1e6 > LATE_MS) lateAt = performance.now()
+      lag.reset()
+      await sleep(QUOTA_TIMING.heartbeatMs / 2)
+    }
+  })()
+  const stopProbe = async (): Promise<void> => { probing.on = false; await probe; lag.disable() }
 
   const poll = async (): Promise<void> => {
     const seen = await Promise.all(fleet.sidecars.map(async (s) => await quotaView(s.built.adminUrl)))
@@ -191,6 +220,11 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     for (let s = 0; s < size; s++) {
       await poll()
       const why = notHealthy(item)
+      if (why !== undefined && views.some((v) => v?.degraded === true) && lateRecently()) {
+        log(`recovery not judged: ${why}; the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
+        report.recoveryLate = true
+        return
+      }
       if (why !== undefined) throw new ViolationError({ check: 'G2', message: `not healthy again ${Math.round(quietMs)} ms after every fault healed: ${why}` })
       await doCall({ op: 'call', s, path: 'item' })
     }
@@ -228,12 +262,13 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
         // command took longer than RATE_LIMIT_REDIS_TIMEOUT_MS during this very call (a
         // loaded machine) is degraded by definition, and says so in /status.
         const after = await quotaView(sidecar.built.adminUrl)
-        if (after?.degraded !== true) {
+        await sleep(QUOTA_TIMING.heartbeatMs)
+        if (after?.degraded !== true || !lateRecently()) {
           throw new ViolationError({ check: 'G2', message: `call ${id} in a healthy state with room in the model: ${what}` })
         }
         report.livenessChecked -= 1
         report.livenessLate += 1
-        log(`G2 not judged for ${id}: sidecar ${s} reports degraded right after it (a Redis answer later than ${REDIS_TIMEOUT_MS} ms)`)
+        log(`G2 not judged for ${id}: sidecar ${s} reports degraded right after it, and the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
       }
     }
     // What this sidecar now knows of a cool-down of this rule.
@@ -322,6 +357,7 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     await recover()
     checkNeverOver()
   } finally {
+    await stopProbe()
     await heal().catch(() => {})
   }
 }
