@@ -1,4 +1,4 @@
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
@@ -7,17 +7,19 @@ import { adminRoutes } from './admin.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
-import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, type ErrorBody } from './errors.js'
+import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, sendError } from './errors.js'
 import { createUpstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
-import proxy, { observeExchange, sendError } from './proxy.js'
+import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
-import { readSecretFile } from './secret-file.js'
+import { readSecretFile, readSecretFileSync } from './secret-file.js'
+import { rereadRedisUrl } from './quota/settings.js'
 import { configSummary } from './status.js'
 import { createCredentialReader, credentialOrigin, type ReadFile } from './token/credentials.js'
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
+import { pendingResponse } from './upstream-socket.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
@@ -99,8 +101,13 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     const clientId = 'value' in config.clientId
       ? config.clientId.value
       : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
+    const urlFile = rateLimits.redisUrlFile
     const redis = createRedisStore({
-      url: rateLimits.redisUrl, timeoutMs: rateLimits.redisTimeoutMs, prefix: redisKeyPrefix(config.authUrl, clientId), clock: clock ?? systemClock
+      url: rateLimits.redisUrl,
+      timeoutMs: rateLimits.redisTimeoutMs,
+      prefix: redisKeyPrefix(config.authUrl, clientId),
+      clock: clock ?? systemClock,
+      ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
     })
     fleet = (onCooldown) => createFleetStore({
       redis,
@@ -156,17 +163,14 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP')
       // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
       // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
-      const res = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+      const res = pendingResponse(socket)
       if (res != null) {
         if (res.headersSent) {
           socket.destroy()
           return
         }
-        metrics.errors.inc({ code: error.code })
         res.once('finish', () => { socket.destroy() })
-        const body = errorJson(error)
-        res.writeHead(error.statusCode ?? 400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' })
-        res.end(body)
+        sendError(res, error, metrics)
         return
       }
       const head = (err as { rawPacket?: unknown }).rawPacket
@@ -190,14 +194,9 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   function answerRaw (socket: Duplex, head: Buffer | undefined, error: FastifyError): void {
     const status = error.statusCode ?? 400
     const method = /^([A-Z]+) /.exec(head?.toString('latin1', 0, 24) ?? '')?.[1] ?? 'OTHER'
-    metrics.errors.inc({ code: error.code })
     metrics.recordExchange(methodLabel(method), statusClass(status), 'completed', 0)
     if (config.accessLog) proxyLog.info({ method, statusCode: status, outcome: 'completed', error: error.code }, 'request')
-    const body = errorJson(error)
-    if (socket.writable) {
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
-    }
+    sendError(socket, error, metrics)
   }
   // Node hands CONNECT to a 'connect' listener, or drops the connection without a word.
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
@@ -252,9 +251,4 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await upstream.close()
     await admin.close()
   }
-}
-
-/** The body of every answer the sidecar makes itself (see errors.ts). */
-function errorJson (error: FastifyError): string {
-  return JSON.stringify({ error: error.code, message: error.message } satisfies ErrorBody)
 }

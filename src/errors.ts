@@ -1,7 +1,12 @@
+import { ServerResponse, STATUS_CODES } from 'node:http'
+import type { Duplex } from 'node:stream'
 import createError from '@fastify/error'
+import type { FastifyError, FastifyReply } from 'fastify'
+import type { Metrics } from './metrics.js'
 
-// Every answer the sidecar itself produces on the proxy port, each with a stable
-// code. The body is always {"error": code, "message": text}; see proxy.ts.
+// Every answer the sidecar itself produces on the proxy port, each with a stable code:
+// the catalogue, the mapping from upstream failures to it, and sendError, which writes
+// every one of them. The body is always {"error": code, "message": text}.
 
 export const TokenUnavailableError = createError(
   'TOKEN_UNAVAILABLE', 'no valid access token is available; retry later', 503)
@@ -39,7 +44,7 @@ export const ShuttingDownError = createError(
 /**
  * A local 429: the request's rule is cooling down after the gateway's rate-limit answer,
  * or its budget is spent. The message names the rule and the reason; the answer carries
- * `Retry-After` (retryAfterSeconds, see proxy.ts sendError).
+ * `Retry-After` (sendError's retryAfterSeconds).
  */
 export const UpstreamRateLimitedError = createError(
   'UPSTREAM_RATE_LIMITED', '%s', 429)
@@ -62,4 +67,71 @@ export function isOwnError (error: unknown): boolean {
 export interface ErrorBody {
   error: string
   message: string
+}
+
+/** Retry-After of a 503 UPSTREAM_BUSY. */
+export const BUSY_RETRY_AFTER_S = 1
+
+/** Maps an upstream failure to the sidecar's own error, so no internal address or stack reaches the caller. */
+export function upstreamError (error: Error): FastifyError {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e instanceof BodyTooLargeError || e instanceof UpstreamBusyError || e instanceof UpstreamBadResponseError) return e
+  }
+  const code = (error as { code?: string }).code ?? ''
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return new UpstreamTimeoutError({ cause: error })
+  if (isBadResponse(error, code)) return new UpstreamBadResponseError({ cause: error })
+  return new UpstreamUnreachableError({ cause: error })
+}
+
+/** llhttp's parse errors, undici's refusals of a response, and what Node refuses to send on: not valid HTTP. */
+function isBadResponse (error: Error, code: string): boolean {
+  if (error.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_INFO') return true
+  // Before any of the answer went out: two different Content-Lengths, or a body that does not match one.
+  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return true
+  // undici refuses an unsolicited 101 ('bad upgrade') and a 100 Continue it did not ask for ('bad response').
+  if (code === 'UND_ERR_SOCKET' && (error.message === 'bad response' || error.message === 'bad upgrade')) return true
+  return code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE'
+}
+
+/**
+ * Where an answer goes: a route's reply; the ServerResponse of an exchange no route
+ * answers (Node's parser refused its body); or a bare socket, for what never became a
+ * request (CONNECT, a head Node refused). The last two close the connection.
+ */
+export type ErrorOutlet = FastifyReply | ServerResponse | Duplex
+
+export interface ErrorAnswerOptions {
+  /** Sent as Retry-After; a 503 UPSTREAM_BUSY carries BUSY_RETRY_AFTER_S without it. */
+  readonly retryAfterSeconds?: number
+}
+
+/** The Retry-After an error made elsewhere carries with it (the token manager's 503 TOKEN_UNAVAILABLE). */
+function carriedRetryAfter (error: FastifyError): number | undefined {
+  const value: unknown = (error as FastifyError & { retryAfterSeconds?: unknown }).retryAfterSeconds
+  return typeof value === 'number' ? value : undefined
+}
+
+/** Writes one of the answers above, and counts it in store_auth_proxy_errors_total. */
+export function sendError (
+  to: ErrorOutlet, error: FastifyError, metrics: Pick<Metrics, 'errors'>, options: ErrorAnswerOptions = {}
+): void {
+  const retryAfter = options.retryAfterSeconds ?? carriedRetryAfter(error) ?? (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
+  const status = error.statusCode ?? 500
+  const body: ErrorBody = { error: error.code, message: error.message }
+  metrics.errors.inc({ code: error.code })
+  if (!(to instanceof ServerResponse) && 'raw' in to) {
+    if (retryAfter !== undefined) to.header('retry-after', String(retryAfter))
+    to.code(status).type('application/json').send(body)
+    return
+  }
+  const json = JSON.stringify(body)
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), connection: 'close' }
+  if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter)
+  if (to instanceof ServerResponse) {
+    to.writeHead(status, headers)
+    to.end(json)
+  } else if (to.writable) {
+    const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+    to.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`)
+  }
 }

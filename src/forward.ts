@@ -4,6 +4,7 @@ import type { Readable } from 'node:stream'
 import { buildConnector, Pool, type Dispatcher } from 'undici'
 import { UpstreamBadResponseError, UpstreamBusyError } from './errors.js'
 import { callerResponseHeaders } from './http-rules.js'
+import { createResetWatch, guardUpstreamSocket } from './upstream-socket.js'
 
 export interface UpstreamRequest {
   method: string
@@ -81,19 +82,8 @@ const statusOnly = (statusCode: number): boolean => statusCode === 204 || status
 export function createUpstream (options: UpstreamOptions) {
   const { url, connections, connectTimeoutMs, timeoutMs, queueLimit, queueTimeoutMs, queueGauge } = options
 
-  // undici takes an ECONNRESET on a connection that will not be kept alive as the end of
-  // the message (client-h1 onHttpSocketError, for a macOS quirk). For an answer whose end
-  // is the connection's close, that would pass a reset mid-body off as a complete answer
-  // (RFC 9112 §8: an incomplete message must be seen as incomplete). This listener runs
-  // just before undici's on the same socket, so `resetting` is true exactly while undici
-  // ends the message on a reset.
-  let resetting = false
-  const endResetting = (): void => { resetting = false }
-  const onSocketError = (err: NodeJS.ErrnoException): void => {
-    if (err.code !== 'ECONNRESET') return
-    resetting = true
-    process.nextTick(endResetting)
-  }
+  // A reset that undici takes for the end of an answer, seen (src/upstream-socket.ts).
+  const resets = createResetWatch()
   // TLS is verified (undici's default, stated here so nothing else can turn it off).
   const connector = buildConnector({ rejectUnauthorized: true, timeout: connectTimeoutMs })
   const pool = new Pool(new URL(url).origin, {
@@ -103,10 +93,7 @@ export function createUpstream (options: UpstreamOptions) {
     connect (connectOptions, callback) {
       connector(connectOptions, (...args) => {
         const socket = args[1]
-        if (socket != null) {
-          (socket as Socket).on('error', onSocketError)
-          keepReadingAfterWriteError(socket as Socket)
-        }
+        if (socket != null) guardUpstreamSocket(socket as Socket, resets)
         callback(...args)
       })
     }
@@ -248,7 +235,7 @@ export function createUpstream (options: UpstreamOptions) {
         write(c, chunk)
       },
       onResponseEnd () {
-        const reset = resetting
+        const reset = resets.resetting()
         done()
         if (closeDelimited && reset) {
           if (!res.headersSent) {
@@ -293,43 +280,6 @@ export function createUpstream (options: UpstreamOptions) {
 }
 
 export type Upstream = ReturnType<typeof createUpstream>
-
-/**
- * An upstream that answers before reading the whole body (its own 413 for a large
- * upload) and then closes makes the next body write fail (EPIPE, ECONNRESET) while
- * its answer may still sit unread in the socket. Node fails the whole socket on a
- * write error and stops reading, so the caller would get 502 or the answer depending
- * on timing. Here such a write error only ends the writing: the rest of the body is
- * dropped, reading goes on, and undici either reads the answer or sees the read fail
- * (then 502 as before).
- */
-function keepReadingAfterWriteError (socket: Socket): void {
-  type WriteCallback = (err?: Error | null) => void
-  const internals = socket as unknown as {
-    _write: (chunk: unknown, encoding: BufferEncoding, cb: WriteCallback) => void
-    _writev: (chunks: unknown, cb: WriteCallback) => void
-  }
-  const write = internals._write
-  const writev = internals._writev
-  let writeFailed = false
-  const guard = (cb: WriteCallback): WriteCallback => (err) => {
-    const code = (err as NodeJS.ErrnoException | null | undefined)?.code
-    if (code === 'EPIPE' || code === 'ECONNRESET') {
-      writeFailed = true
-      cb()
-      return
-    }
-    cb(err)
-  }
-  internals._write = function (chunk, encoding, cb) {
-    if (writeFailed) cb()
-    else write.call(this, chunk, encoding, guard(cb))
-  }
-  internals._writev = function (chunks, cb) {
-    if (writeFailed) cb()
-    else writev.call(this, chunks, guard(cb))
-  }
-}
 
 /** Sends a held-back answer to the caller after all. */
 export function sendHeld (res: ServerResponse, answer: HeldAnswer): void {

@@ -3,6 +3,9 @@
 
 type Headers = Record<string, string | string[] | number | undefined>
 
+/** The REST methods forwarded; TRACE is refused because the upstream would echo the injected token back. */
+export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'] as const
+
 /**
  * Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, never the
  * message, so a proxy must not forward them. `expect` joins them because the

@@ -1,11 +1,12 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { FORWARDED_METHODS } from './http-rules.js'
 import { buildInfo as currentBuildInfo, type BuildInfo } from './version.js'
 
 // Every metric the sidecar exports, named in one place. Names follow the
 // Prometheus conventions: one prefix, base units (seconds), `_total` counters.
 export const METRIC_PREFIX = 'store_auth_proxy_'
 
-const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
+const KNOWN_METHODS = new Set<string>(FORWARDED_METHODS)
 
 /** Label values come from a fixed set so a client cannot blow up the series count. */
 export function methodLabel (method: string): string {

@@ -5,11 +5,11 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HookH
 import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
 import {
-  BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, UpstreamBadResponseError, UpstreamBusyError,
-  UpstreamRateLimitedError, UpstreamTimeoutError, UpstreamUnreachableError, type ErrorBody
+  BadRequestError, BodyTooLargeError, InternalError, isOwnError, MethodNotAllowedError, sendError, UpstreamBusyError,
+  upstreamError, UpstreamRateLimitedError
 } from './errors.js'
 import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
-import { requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
+import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
 import type { QuotaGuard, Ticket, Verdict } from './quota/guard.js'
 import type { Rule } from './quota/rules.js'
@@ -57,12 +57,7 @@ export const REPLAY_BUFFER_TOTAL_BYTES = 8 * 1024 * 1024
  * at most this long, so the caller can read the answer, then the connection is closed.
  */
 export const DISCARD_BODY_MS = 2_000
-/** Retry-After of a 503 UPSTREAM_BUSY. */
-export const BUSY_RETRY_AFTER_S = 1
-
-/** The REST methods forwarded; TRACE is refused because the upstream would echo the injected token back. */
-export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT']
-const FORWARDED = new Set(FORWARDED_METHODS)
+const FORWARDED = new Set<string>(FORWARDED_METHODS)
 
 export interface ProxyOptions {
   upstreamUrl: string
@@ -229,7 +224,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     if (verdict.reason === 'gone' || callerGone(request)) return
     const { message, retryAfterSeconds } = quota.describe(verdict)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
-    sendError(reply, Object.assign(new UpstreamRateLimitedError(message), { retryAfterSeconds }), metrics)
+    sendError(reply, new UpstreamRateLimitedError(message), metrics, { retryAfterSeconds })
   }
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
@@ -331,7 +326,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     // UPSTREAM_URL's base path and runs the preHandler; forward.ts sends the request
     // (its reply-from stays unused). Bodies: see the content-type parser above.
     proxyPayloads: false,
-    httpMethods: FORWARDED_METHODS,
+    httpMethods: [...FORWARDED_METHODS],
     preHandler: prepare,
     handler: (request, reply, dest) => {
       request.upstreamPath = dest
@@ -383,37 +378,6 @@ function limitBytes (body: Readable, max: number): Transform {
   })
   body.once('error', (err) => { limited.destroy(err) })
   return body.pipe(limited)
-}
-
-/** Maps an upstream failure to the sidecar's own error, so no internal address or stack reaches the caller. */
-function upstreamError (error: Error): FastifyError {
-  for (let e: unknown = error; e instanceof Error; e = e.cause) {
-    if (e instanceof BodyTooLargeError || e instanceof UpstreamBusyError || e instanceof UpstreamBadResponseError) return e
-  }
-  const code = (error as { code?: string }).code ?? ''
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') return new UpstreamTimeoutError({ cause: error })
-  if (isBadResponse(error, code)) return new UpstreamBadResponseError({ cause: error })
-  return new UpstreamUnreachableError({ cause: error })
-}
-
-/** llhttp's parse errors, undici's refusals of a response, and what Node refuses to send on: not valid HTTP. */
-function isBadResponse (error: Error, code: string): boolean {
-  if (error.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_INFO') return true
-  // Before any of the answer went out: two different Content-Lengths, or a body that does not match one.
-  if (code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') return true
-  // undici refuses an unsolicited 101 ('bad upgrade') and a 100 Continue it did not ask for ('bad response').
-  if (code === 'UND_ERR_SOCKET' && (error.message === 'bad response' || error.message === 'bad upgrade')) return true
-  return code === 'ERR_HTTP_INVALID_STATUS_CODE' || code === 'ERR_INVALID_CHAR' || code === 'ERR_HTTP_INVALID_HEADER_VALUE'
-}
-
-export function sendError (reply: FastifyReply, error: FastifyError, metrics: Metrics): void {
-  const retryAfter = (error as { retryAfterSeconds?: number }).retryAfterSeconds ??
-    (error instanceof UpstreamBusyError ? BUSY_RETRY_AFTER_S : undefined)
-  if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter))
-  const code = error.code
-  metrics.errors.inc({ code })
-  const body: ErrorBody = { error: code, message: error.message }
-  reply.code(error.statusCode ?? 500).type('application/json').send(body)
 }
 
 export default fp(proxy, { name: 'store-auth-proxy', fastify: '5.x', encapsulate: true })

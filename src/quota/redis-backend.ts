@@ -162,6 +162,8 @@ export interface RedisStoreOptions {
   timeoutMs: number
   prefix: string
   clock: Clock
+  /** The URL as it is now (its file re-read), asked before each reconnection: a rotated password is used from then on. */
+  currentUrl?: () => string | undefined
 }
 
 /** Who this sidecar is in the fleet, as every presence-renewing script needs it. */
@@ -213,9 +215,16 @@ export function redisAuthProblem (err: unknown): string | undefined {
   return undefined
 }
 
-export function createRedisStore ({ url, timeoutMs, prefix, clock }: RedisStoreOptions) {
+export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }: RedisStoreOptions) {
   const displayUrl = redisDisplayUrl(url)
-  const password = safeDecode(new URL(url).password)
+  /** Every password this sidecar has used: none is ever shown. */
+  const secrets = new Set([url])
+  const remember = (text: string): void => {
+    secrets.add(text)
+    const password = safeDecode(new URL(text).password)
+    if (password !== '') secrets.add(password)
+  }
+  remember(url)
   const client = new Redis(url, {
     lazyConnect: true,
     // A command sent while disconnected fails at once instead of queueing: the sidecar then
@@ -224,9 +233,21 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock }: RedisStoreO
     maxRetriesPerRequest: 0,
     commandTimeout: timeoutMs,
     connectTimeout: Math.max(timeoutMs, 1_000),
-    retryStrategy: reconnectDelayMs,
+    retryStrategy: (attempt) => {
+      refreshCredentials()
+      return reconnectDelayMs(attempt)
+    },
     connectionName: 'store-auth-proxy'
   }) as ScriptClient
+  /** Before a reconnection: the user and password from the URL file as it is now (host and database stay). */
+  function refreshCredentials (): void {
+    const next = currentUrl?.()
+    if (next === undefined) return
+    remember(next)
+    const parsed = new URL(next)
+    client.options.username = safeDecode(parsed.username) || undefined
+    client.options.password = safeDecode(parsed.password) || undefined
+  }
   client.defineCommand('sapTake', { lua: TAKE })
   client.defineCommand('sapReassert', { lua: REASSERT })
   client.defineCommand('sapHeartbeat', { lua: HEARTBEAT })
@@ -324,9 +345,11 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock }: RedisStoreO
     lastError: (): unknown => lastError,
     /** A failure's reason for the log: never the URL's credentials. */
     describe (err: unknown): string {
-      const message = err instanceof Error ? err.message : String(err)
-      let safe = message.split(url).join(displayUrl)
-      if (password !== '') safe = safe.split(password).join('***')
+      let safe = err instanceof Error ? err.message : String(err)
+      // Whole URLs first (shown as scheme://host:port), then the passwords alone.
+      for (const secret of [...secrets].sort((a, b) => b.length - a.length)) {
+        safe = safe.split(secret).join(secret.includes('://') ? displayUrl : '***')
+      }
       return safe
     },
     async close (): Promise<void> {

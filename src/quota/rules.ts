@@ -26,31 +26,35 @@ const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_00
 const METHOD = /^(?:\*|[A-Z][A-Z0-9_-]*)$/
 const LIMIT = /^(\d+)\/(\d*)(ms|s|m|h|d)$/
 
+/** How a problem names the text it is about: quoted, or (from a file) not at all. */
+type Show = (text: string) => string
+const QUOTED: Show = (text) => ` "${text}"`
+
 /** Why a limit such as `1/4h` is not valid, or the limit. */
-export function parseLimit (text: string): Limit | string {
+export function parseLimit (text: string, show: Show = QUOTED): Limit | string {
   const match = LIMIT.exec(text)
-  if (match === null) return `limit "${text}" is not N/WINDOW (e.g. 5/1s, 1/4h, 5/s; units ms, s, m, h, d)`
+  if (match === null) return `limit${show(text)} is not N/WINDOW (e.g. 5/1s, 1/4h, 5/s; units ms, s, m, h, d)`
   const count = Number(match[1])
-  if (!Number.isSafeInteger(count) || count < 1) return `limit "${text}": N must be a positive integer`
+  if (!Number.isSafeInteger(count) || count < 1) return `limit${show(text)}: N must be a positive integer`
   const amount = match[2] === '' ? 1 : Number(match[2])
   const windowMs = amount * (UNIT_MS[match[3] ?? ''] ?? 0)
-  if (windowMs < MIN_WINDOW_MS) return `limit "${text}": the window must be at least 1 ms`
-  if (windowMs > MAX_WINDOW_MS) return `limit "${text}": the window must be at most 1 day`
+  if (windowMs < MIN_WINDOW_MS) return `limit${show(text)}: the window must be at least 1 ms`
+  if (windowMs > MAX_WINDOW_MS) return `limit${show(text)}: the window must be at most 1 day`
   return { count, windowMs, text }
 }
 
 /** Why a PATH pattern is not valid, or its segments. */
-function parsePattern (path: string): readonly string[] | string {
-  if (!path.startsWith('/')) return `path "${path}" must start with /`
-  if (path.includes('?') || path.includes('#')) return `path "${path}" must not contain ? or #`
+function parsePattern (path: string, show: Show): readonly string[] | string {
+  if (!path.startsWith('/')) return `path${show(path)} must start with /`
+  if (path.includes('?') || path.includes('#')) return `path${show(path)} must not contain ? or #`
   // Normalised exactly as request paths are (matchSegments), so a rule written with %7E,
   // a trailing / or // means what a request written that way means.
   const segments = matchSegments(path)
   for (let i = 0; i < segments.length; i++) {
     const segment = segments[i] ?? ''
-    if (segment === '**' && i !== segments.length - 1) return `path "${path}": ** may only be the last segment`
+    if (segment === '**' && i !== segments.length - 1) return `path${show(path)}: ** may only be the last segment`
     if (segment !== '*' && segment !== '**' && segment.includes('*')) {
-      return `path "${path}": * must be a whole segment (* or **)`
+      return `path${show(path)}: * must be a whole segment (* or **)`
     }
   }
   return segments
@@ -65,27 +69,33 @@ export interface ParsedRules {
  * Parses rules separated by `;` or newlines; `#` starts a comment (to the end of the
  * line) and blank entries are ignored. `source` names the variable in each problem:
  * `RATE_LIMITS: rule 2 "GET /x 5/q": limit "5/q" is not N/WINDOW ...`.
+ * From a file (`fromFile`), a problem names the line and never repeats its text: a wrong
+ * path (a secret, /proc/self/environ) must not print the file. Only a method and path that
+ * are valid are shown: `RATE_LIMITS_FILE (/etc/rules): line 3 (GET /x): a limit is not N/WINDOW ...`.
  */
-export function parseRules (text: string, source: string): ParsedRules {
+export function parseRules (text: string, source: string, { fromFile = false } = {}): ParsedRules {
   const rules: Rule[] = []
   const problems: string[] = []
   const seen = new Set<string>()
-  const entries = text.split('\n').flatMap((line) => line.replace(/#.*$/, '').split(';'))
+  const show: Show = fromFile ? () => '' : QUOTED
+  const entries = text.split('\n').flatMap((line, i) => line.replace(/#.*$/, '').split(';').map((entry) => ({ entry, line: i + 1 })))
   let n = 0
-  for (const entry of entries) {
+  for (const { entry, line } of entries) {
     const words = entry.trim().split(/\s+/).filter((w) => w !== '')
     if (words.length === 0) continue
     n += 1
-    const where = `${source}: rule ${n} "${words.join(' ')}"`
     const [method = '', path = '', ...limitTexts] = words
     const own: string[] = []
-    if (!METHOD.test(method)) own.push(`method "${method}" must be an upper-case HTTP method or *`)
-    const segments = parsePattern(path)
+    if (!METHOD.test(method)) own.push(`method${show(method)} must be an upper-case HTTP method or *`)
+    const segments = parsePattern(path, show)
     if (typeof segments === 'string') own.push(segments)
+    const where = !fromFile
+      ? `${source}: rule ${n} "${words.join(' ')}"`
+      : `${source}: line ${line}${own.length === 0 ? ` (${method} ${path})` : ''}`
     if (limitTexts.length === 0) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...])')
     const limits: Limit[] = []
-    for (const limitText of limitTexts) {
-      const limit = parseLimit(limitText)
+    for (const [k, limitText] of limitTexts.entries()) {
+      const limit = parseLimit(limitText, fromFile ? () => ` ${k + 1}` : QUOTED)
       if (typeof limit === 'string') own.push(limit)
       else if (limits.some((l) => l.text === limit.text)) own.push(`repeats the limit ${limit.text}`)
       else limits.push(limit)

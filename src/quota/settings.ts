@@ -22,6 +22,8 @@ export interface RateLimitConfig {
   readonly redisUrl: string | undefined
   /** Where the URL came from (RATE_LIMIT_REDIS_URL, or the file's path). */
   readonly redisUrlSource: string | undefined
+  /** RATE_LIMIT_REDIS_URL_FILE: re-read before each reconnection, so a rotated password is picked up. */
+  readonly redisUrlFile: string | undefined
   /** A Redis command slower than this counts as a failure (degraded mode). */
   readonly redisTimeoutMs: number
   /**
@@ -50,7 +52,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
         : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
     }
     if (text !== undefined) {
-      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`)
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`, { fromFile: true })
       rules = parsed.rules
       problems.push(...parsed.problems)
       rulesSource = `RATE_LIMITS_FILE (${file})`
@@ -105,9 +107,24 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
     cooldownMaxMs: raw.RATE_LIMIT_COOLDOWN_MAX_MS,
     redisUrl,
     redisUrlSource,
+    redisUrlFile: redisUrlSource === undefined || redisUrlSource === 'RATE_LIMIT_REDIS_URL' ? undefined : urlFile,
     redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
     fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0
   })
+}
+
+/**
+ * The Redis URL in RATE_LIMIT_REDIS_URL_FILE as it is now (for a reconnection after the
+ * password was rotated), or undefined when the file cannot be read or holds no valid URL:
+ * then the URL in use stays.
+ */
+export function rereadRedisUrl (file: string, readFile: ReadFileSync): string | undefined {
+  try {
+    const url = trimCredential(readFile(file)).trim()
+    return redisUrlProblem(url) === undefined ? url : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /** What is wrong with a Redis URL, never repeating it (it may hold a password). */

@@ -1,6 +1,6 @@
 // What the fleet tests share: sidecars as real processes (dist/main.js) sharing one
 // credential, an upstream that records when each request arrived, callers that never
-// throw, metrics summed over the fleet, and the fixed-window check of issue 14.
+// throw, metrics summed over the fleet, and the fixed-window check.
 import { createServer, type IncomingMessage } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'

@@ -1,4 +1,4 @@
-// Budgets on a fake clock (issue 14 §2): long windows without sleeping, exact Retry-After,
+// Budgets on a fake clock: long windows without sleeping, exact Retry-After,
 // and a refused request spends nothing from any of its rule's limits.
 import t from 'tap'
 import { seriesKey } from '../helpers/metrics-scrape.js'

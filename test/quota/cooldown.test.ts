@@ -1,4 +1,4 @@
-// Cool-downs on the gateway's word (issue 14 §1): a 429, or Apigee's 500 with a
+// Cool-downs on the gateway's word: a 429, or Apigee's 500 with a
 // policies.ratelimit.* code, goes to its caller unchanged and cools down its scope.
 import t from 'tap'
 import { seriesKey } from '../helpers/metrics-scrape.js'

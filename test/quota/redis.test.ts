@@ -1,6 +1,7 @@
-// Budgets and cool-downs shared in a real Redis (issue 14 §3), and the fallback to memory
+// Budgets and cool-downs shared in a real Redis, and the fallback to memory
 // when it is killed or slow: no caller ever sees an error, and it is said once each way.
 import { createHash } from 'node:crypto'
+import { writeFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
@@ -108,7 +109,7 @@ t.test('Redis killed mid-run, then restarted empty: honest 429s while the tally 
 
 t.test('a Redis slower than RATE_LIMIT_REDIS_TIMEOUT_MS: callers answered at once (429: the tally cannot be read), not held; its data kept, shared again after', async (t) => {
   const redis = await startRedis(t)
-  const { a } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_REDIS_TIMEOUT_MS: '100', RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_FLEET_SIZE: '2' }, redis.url)
+  const { a } = await fleet(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_REDIS_TIMEOUT_MS: '500', RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_FLEET_SIZE: '2' }, redis.url)
   const client = await admin(t, redis)
   await client.call('CLIENT', 'PAUSE', '3000', 'ALL')
   const started = performance.now()
@@ -118,7 +119,8 @@ t.test('a Redis slower than RATE_LIMIT_REDIS_TIMEOUT_MS: callers answered at onc
   t.equal(await backendOf(a), 'memory')
   t.equal((await scrape(a.adminUrl)).get(seriesKey('store_auth_proxy_rate_limit_redis_fallbacks_total', {})), 1)
   await eventually(t, 'back on Redis after the pause', async () => (await backendOf(a)) === 'redis')
-  t.equal((await a.call('/v2/store/fast', 'fast')).status, 200, 'Redis kept its data: no window is lost')
+  const fast = await a.call('/v2/store/fast', 'fast')
+  t.equal(fast.status, 200, 'Redis kept its data: no window is lost', { body: fast.body, headers: fast.headers })
 })
 
 t.test('a Redis URL with a password: never in logs, /status, /readyz or /metrics, working or failing', async (t) => {
@@ -144,4 +146,26 @@ t.test('a Redis URL with a password: never in logs, /status, /readyz or /metrics
     t.notMatch(shown, password)
     t.match(shown, `redis://127.0.0.1:${redis.port}`)
   }
+})
+
+t.test('RATE_LIMIT_REDIS_URL_FILE is re-read before each reconnection: a rotated password is used without a restart, and neither is ever shown', async (t) => {
+  const [first, second] = ['Rotat3dPasswordOne', 'Rotat3dPasswordTwo']
+  const redis = await startRedis(t)
+  const client = await admin(t, redis)
+  await client.config('SET', 'requirepass', first)
+  const dir = t.testdir({ url: `redis://:${first}@127.0.0.1:${redis.port}\n` })
+  const file = `${dir}/url`
+  const s = await quotaSidecar(t, { RATE_LIMITS: `${RULE} 1000/1m`, RATE_LIMIT_REDIS_URL_FILE: file, RATE_LIMIT_FLEET_SIZE: '1' }, { systemClock: true })
+  t.equal(await backendOf(s), 'redis')
+  // Rotation: Redis takes the new password, the file gets it, connections are cut.
+  await client.config('SET', 'requirepass', second)
+  writeFileSync(file, `redis://:${second}@127.0.0.1:${redis.port}\n`)
+  await client.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await eventually(t, 'shared again with the new password', async () => {
+    const r = (await s.status()).rateLimits as { backend: string, redis: { problem: string | null } }
+    return r.backend === 'redis' && r.redis.problem === null
+  })
+  t.equal((await s.call('/v2/store/rotated', 'rotated')).status, 200)
+  const shown = [s.logs.text(), JSON.stringify(await s.status()), await (await request(s.adminUrl + '/readyz')).body.text()].join('\n')
+  for (const secret of [first, second]) t.notMatch(shown, secret)
 })

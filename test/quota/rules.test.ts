@@ -1,4 +1,4 @@
-// RATE_LIMITS syntax and matching (issue 14 §2), table-driven, and their configuration errors.
+// RATE_LIMITS syntax and matching, table-driven, and their configuration errors.
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
@@ -121,7 +121,22 @@ t.test('configuration: rule errors among every other problem; both sources is an
   const fromFile = loadConfig({ ...base, RATE_LIMITS_FILE: '/etc/rules' }, () => '# TI\nGET /v2/store/products/catalog 1/4h 6/1d\n\n* /v2/store/** 5/s\n')
   t.same(fromFile.rateLimits.rules.map((r) => r.id), ['GET /v2/store/products/catalog', '* /v2/store/**'])
   t.equal(fromFile.rateLimits.rulesSource, 'RATE_LIMITS_FILE (/etc/rules)')
-  t.match(problemsOf({ RATE_LIMITS_FILE: '/etc/rules' }, () => 'GET /x 1/s\nGET y 1/s\n'), [/^RATE_LIMITS_FILE \(\/etc\/rules\): rule 2 "GET y 1\/s": path "y" must start with \/$/])
+  t.same(problemsOf({ RATE_LIMITS_FILE: '/etc/rules' }, () => 'GET /x 1/s\nGET y 1/s\n'), ['RATE_LIMITS_FILE (/etc/rules): line 2: path must start with /'])
+  t.same(problemsOf({ RATE_LIMITS_FILE: '/etc/rules' }, () => '# budgets\n\nGET /x 1/s 5/q; GET /y 1/s 2/1w\n'), [
+    'RATE_LIMITS_FILE (/etc/rules): line 3 (GET /x): limit 2 is not N/WINDOW (e.g. 5/1s, 1/4h, 5/s; units ms, s, m, h, d)',
+    'RATE_LIMITS_FILE (/etc/rules): line 3 (GET /y): limit 2 is not N/WINDOW (e.g. 5/1s, 1/4h, 5/s; units ms, s, m, h, d)'
+  ], 'a valid method and path are shown, with the line; the limit by its position')
+})
+
+t.test('RATE_LIMITS_FILE pointed at the wrong file never echoes it: a secret, or the whole environment', async (t) => {
+  const secret = 'Zq8-client-secret-value'
+  const environ = `PATH=/usr/bin\0CLIENT_SECRET=${secret}\0HOME=/root\0`
+  for (const [name, content] of [['a secret file', `${secret}\n`], ['/proc/self/environ', environ], ['a JSON file', `{"password": "${secret}"}`]]) {
+    const problems = problemsOf({ RATE_LIMITS_FILE: '/wrong' }, () => content ?? '')
+    t.ok(problems.length > 0, `${name}: refused`)
+    t.same(problems.filter((p) => p.includes(secret) || p.includes('CLIENT_SECRET') || p.includes('password')), [], `${name}: nothing of it in the problems`)
+    t.match(problems, [/^RATE_LIMITS_FILE \(\/wrong\): line 1: /], `${name}: the line is named`)
+  }
 })
 
 t.test('configuration: defaults, and the Redis URL checked without ever repeating it', async (t) => {
@@ -134,6 +149,7 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     cooldownMaxMs: 3_600_000,
     redisUrl: undefined,
     redisUrlSource: undefined,
+    redisUrlFile: undefined,
     redisTimeoutMs: 200,
     fleetSize: 0
   })

@@ -1,17 +1,17 @@
-// Outside review of the quota guard (issue 14): rules that meant something other than they
-// said, and a cool-down lost when Redis came back. Each failed before its fix.
+// Rules that meant something other than they said, and a cool-down lost when Redis came
+// back, first found by a reviewer who did not write the guard. Each failed before its fix.
 import t from 'tap'
 import { startRedis } from '../helpers/redis.js'
-import { answer, backendOf, eventually, quotaSidecar } from '../quota/sidecar.js'
+import { answer, backendOf, eventually, quotaSidecar } from './sidecar.js'
 import { parseRules } from '../../src/quota/rules.js'
 
-t.test('review: a limit written twice in a rule (once charged twice per send: 2/1m 2/1m allowed 1) is refused', async (t) => {
+t.test('a limit written twice in a rule (once charged twice per send: 2/1m 2/1m allowed 1) is refused', async (t) => {
   const { rules, problems } = parseRules('GET /v2/store/x 2/1m 2/1m', 'RATE_LIMITS')
   t.same(rules, [])
   t.same(problems, ['RATE_LIMITS: rule 1 "GET /v2/store/x 2/1m 2/1m": repeats the limit 2/1m'])
 })
 
-t.test('review: a percent-encoded unreserved character in a rule\'s PATH matches (it once matched nothing)', async (t) => {
+t.test('a percent-encoded unreserved character in a rule\'s PATH matches (it once matched nothing)', async (t) => {
   // Requests are matched after decoding %7E to ~ (README), the pattern is not: a~b never equals a%7Eb.
   const s = await quotaSidecar(t, { RATE_LIMITS: 'GET /v2/store/a%7Eb 1/1d', RATE_LIMIT_MAX_WAIT_MS: '0' })
   t.equal((await s.call('/v2/store/a%7Eb', 'a')).status, 200)
@@ -19,13 +19,13 @@ t.test('review: a percent-encoded unreserved character in a rule\'s PATH matches
   t.same(s.upstream.seen('b'), [], 'the second call of a 1/1d rule must not reach TI')
 })
 
-t.test('review: a rule shadowed by an earlier, broader rule is refused at start', async (t) => {
+t.test('a rule shadowed by an earlier, broader rule is refused at start', async (t) => {
   // The parser rejects an exact repeat because "this one would never apply"; a shadowed one never applies either.
   const { problems } = parseRules('* /v2/store/** 5/1s; GET /v2/store/products/catalog 1/4h 6/1d', 'RATE_LIMITS')
   t.equal(problems.length, 1, 'the catalog rule can never apply: reported')
 })
 
-t.test('review: a cool-down begun while Redis was down holds when Redis comes back', async (t) => {
+t.test('a cool-down begun while Redis was down holds when Redis comes back', async (t) => {
   const redis = await startRedis(t)
   const s = await quotaSidecar(t, { RATE_LIMITS: '* /v2/store/** 1000/1m' }, { redisUrl: redis.url, systemClock: true })
   t.equal((await s.call('/v2/store/a', 'before')).status, 200)

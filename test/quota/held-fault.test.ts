@@ -1,13 +1,13 @@
-// Outside review of the quota guard (issue 14): the held-back 500 (Apigee's rate-limit
+// The held-back 500 (Apigee's rate-limit
 // fault detection) must neither swallow, alter nor duplicate an answer, nor hang a caller.
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { request } from 'undici'
 import { build, startStandIn } from '../helpers/build.js'
 import { startRawUpstream } from '../helpers/raw-upstream.js'
-import { SPIKE_ARREST_BODY } from '../quota/sidecar.js'
+import { SPIKE_ARREST_BODY } from './sidecar.js'
 
-t.test('review holds: a rate-limit 500 split across slow chunks is found, and passed on byte for byte once', async (t) => {
+t.test('a rate-limit 500 split across slow chunks is found, and passed on byte for byte once', async (t) => {
   const body = Buffer.from(SPIKE_ARREST_BODY)
   const upstream = await startRawUpstream(t, (socket) => {
     socket.write('HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n')
@@ -32,7 +32,7 @@ t.test('review holds: a rate-limit 500 split across slow chunks is found, and pa
   t.equal(upstream.connections(), 1, 'TI saw one call')
 })
 
-t.test('review holds: a 500 over 64 KiB is delivered byte for byte (not held forever, not cut)', async (t) => {
+t.test('a 500 over 64 KiB is delivered byte for byte (not held forever, not cut)', async (t) => {
   const big = Buffer.alloc(200 * 1024)
   for (let i = 0; i < big.length; i++) big[i] = (i * 31) & 0xff
   const upstream = await startRawUpstream(t, (socket) => {
@@ -51,7 +51,7 @@ t.test('review holds: a 500 over 64 KiB is delivered byte for byte (not held for
   t.ok(Buffer.from(await res.body.arrayBuffer()).equals(big), 'same bytes')
 })
 
-t.test('review holds: a 500 cut while held back still answers its caller (no hang)', async (t) => {
+t.test('a 500 cut while held back still answers its caller (no hang)', async (t) => {
   const upstream = await startRawUpstream(t, (socket) => {
     socket.write('HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1000\r\n\r\n{"fault":')
     setTimeout(() => { socket.destroy() }, 50)

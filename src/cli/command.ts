@@ -1,0 +1,10 @@
+/** One command of the command line, for its help. */
+export interface Command {
+  /** Positional arguments, for the usage line. */
+  readonly args?: string
+  readonly maxArgs: number
+  readonly summary: string
+  readonly details: string
+}
+
+export const CONFIG_POINTER = 'Configuration comes from environment variables only: see the "Configuration" table in README.md.'

@@ -1,0 +1,51 @@
+// The sidecar's commands: `serve` (listen, then shut down gracefully) and what it prints.
+import closeWithGrace from 'close-with-grace'
+import type { Logger } from 'pino'
+import type { App } from '../app.js'
+import type { Config } from '../config/load.js'
+import type { Env } from '../config/parse-env.js'
+import { redisDisplayUrl } from '../quota/settings.js'
+import { buildInfo } from '../version.js'
+import { configOrExit, listenOrExit } from './exit.js'
+
+/** The sidecar's configuration, loaded on demand: it imports the token client, and with it undici. */
+export async function loadSidecarConfig (env: Env): Promise<Config> {
+  const { loadConfig } = await import('../config/load.js')
+  return configOrExit(() => loadConfig(env))
+}
+
+/** What is safe to print about a config: never a credential. */
+export function describe (config: Config) {
+  return {
+    authUrl: config.authUrl,
+    upstreamUrl: config.upstreamUrl,
+    clientIdFrom: 'file' in config.clientId ? `file ${config.clientId.file}` : 'environment',
+    clientSecretFrom: 'file' in config.clientSecret ? `file ${config.clientSecret.file}` : 'environment',
+    proxy: `${config.host}:${config.port}`,
+    admin: `${config.adminHost}:${config.adminPort}`,
+    rateLimitRules: config.rateLimits.rules.length,
+    // scheme://host:port only: the URL may carry a password.
+    rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl)
+  }
+}
+
+export async function serve (config: Config, log: Logger): Promise<App> {
+  const { buildApp } = await import('../app.js')
+  const app = await buildApp(config, { log, version: buildInfo().version })
+  void app.start()
+  await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort)
+  await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port)
+  log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
+
+  closeWithGrace({ delay: config.shutdownDelayMs + config.shutdownGraceMs, logger: log }, async ({ signal, err }) => {
+    if (err !== undefined) log.error({ err }, 'fatal error, shutting down')
+    log.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: not ready, finishing in-flight requests')
+    app.drain()
+    // A plain (non-native) sidecar gets SIGTERM together with its app: keep serving
+    // for SHUTDOWN_DELAY_MS so the app can finish work that still calls the store API.
+    if (config.shutdownDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs))
+    await app.close()
+    log.info('stopped')
+  })
+  return app
+}
