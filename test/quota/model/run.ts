@@ -264,7 +264,11 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
         const after = await quotaView(sidecar.built.adminUrl)
         await sleep(QUOTA_TIMING.heartbeatMs)
         if (after?.degraded !== true || !lateRecently()) {
-          throw new ViolationError({ check: 'G2', message: `call ${id} in a healthy state with room in the model: ${what}` })
+          throw new ViolationError({
+            check: 'G2',
+            message: `call ${id} in a healthy state with room in the model: ${what}; /status right after: ${JSON.stringify(after)}; ` +
+              `the probe last saw Redis late or this process stalled ${lateAt === -Infinity ? 'never' : `at ${rel(lateAt)}`}`
+          })
         }
         report.livenessChecked -= 1
         report.livenessLate += 1
