@@ -8,11 +8,12 @@ import { MODEL_FLEET, type Command, type FleetConfig } from './schedule.js'
 
 t.setTimeout(120_000)
 
-async function holds (t: Test, config: FleetConfig, schedule: Command[]): Promise<void> {
+/** `todo`: the schedule runs and is checked, its failure reported but not counted (an open finding). */
+async function holds (t: Test, config: FleetConfig, schedule: Command[], { todo }: { todo?: string } = {}): Promise<void> {
   const report = await runSchedule(config, schedule, 'cx')
   t.equal(report.violation, undefined,
     report.violation === undefined ? 'the guarantee held' : `${report.violation.check}: ${report.violation.message}`,
-    { trace: report.trace.join('\n') })
+    { trace: report.trace.join('\n'), ...(todo === undefined ? {} : { todo }) })
 }
 
 const call = (s: number, path: 'catalog' | 'item' | 'orders' = 'item'): Command => ({ op: 'call', s, path })
@@ -144,4 +145,32 @@ t.test('model: Redis killed, a restarted sidecar spends the catalog call again',
     { op: 'wait', ms: 53 },
     { op: 'call', s: 1, path: 'catalog', leaveAfterMs: 15 }
   ])
+})
+
+// Open: fails about one run in two on the quota branch as merged here; a todo assertion,
+// so it runs and reports without failing the suite until the implementation settles it.
+t.test('model: after Redis was killed and came back empty, every sidecar sends again', async (t) => {
+  // G2 (recovery; found on the quota branch, seed -877035814, group 3): Redis killed, one
+  // sidecar restarted meanwhile, Redis started again empty; 4 s after, with every /status
+  // saying backend redis, Redis up, not degraded, fleet 2 of 2, a sidecar (either one,
+  // from run to run) still refused "cannot be checked (rate-limit redis not answering)".
+  await holds(t, { size: 2, ...MODEL_FLEET }, [
+    { op: 'call', s: 0, path: 'free' },
+    { op: 'call', s: 1, path: 'free' },
+    { op: 'call', s: 0, path: 'free' },
+    { op: 'down' },
+    { op: 'call', s: 1, path: 'catalog' },
+    { op: 'call', s: 1, path: 'item' },
+    { op: 'restartSidecar', s: 0 },
+    { op: 'wait', ms: 1137 },
+    { op: 'wait', ms: 53 },
+    { op: 'wait', ms: 218 },
+    { op: 'call', s: 1, path: 'orders' },
+    { op: 'wrongPassword' },
+    { op: 'wait', ms: 561 },
+    { op: 'wait', ms: 725 },
+    { op: 'wait', ms: 1189 },
+    { op: 'wait', ms: 1067 },
+    { op: 'call', s: 0, path: 'catalog' }
+  ], { todo: 'intermittent on the quota branch: a refusal as "redis not answering" while /status says healthy' })
 })
