@@ -178,7 +178,7 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
     '1 while budgets cannot be shared through Redis and this sidecar spends only its share (limit / fleet size), 0 when shared.')
   rateLimitDegraded?.set(1)
   const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
-    'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together in Redis; 0: unknown.')
+    'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more; 0: unknown.')
   const rateLimitFleetPresent = fleetGauge('rate_limit_fleet_present', 'Sidecars on this credential present in Redis at the last contact.')
   const rateLimitRedisDataLost = rateLimitRedis
     ? new Counter({

@@ -3,14 +3,14 @@
 // insuranceLimiter). Callers above it never branch on which answered. The guarantee it keeps
 // (docs/quota-guard.md): in any window of a limit, the fleet sends at most the limit — with
 // Redis up, slow, partitioned, restarted empty or gone — as long as RATE_LIMIT_FLEET_SIZE
-// (or the fleet size learned through Redis) covers every sidecar running at once.
+// covers every sidecar running at once.
 //
 // How, in short:
 // - Shared: each take is one Redis script on sliding logs; room is kept for the share
 //   (limit / fleet size) of every sidecar not present, since it may be spending on its own.
 // - Degraded (a take failed or was late): this sidecar asks Redis nothing more until it
 //   answers a PING again, and spends only its share of RATE_LIMIT_FLEET_SIZE (none without
-//   it: a learned size may lag a sidecar joining), and only from one window after the last
+//   it: a size seen in Redis may lag a sidecar joining), and only from one window after the last
 //   moment Redis could still have counted it present (every admission in such a window kept
 //   its share free), or after this process started (an earlier run of it may have spent).
 //   Fleet size 1, declared: the whole budget, one window after start.
@@ -42,7 +42,7 @@ export type FleetReportedState = FleetState | 'settling'
 
 export interface FleetStatus {
   state: FleetReportedState
-  /** The fleet size (RATE_LIMIT_FLEET_SIZE, or more sidecars seen present together); 0: unknown. */
+  /** The fleet size (RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more); 0: unknown. */
   size: number
   /** Sidecars present at the last contact with Redis. */
   present: number
@@ -79,7 +79,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const scopes = [...rules.map((r) => r.id), UPSTREAM_SCOPE]
 
   let state: FleetState = 'connecting'
-  /** The most sidecars ever known at once (never lowered: after Redis lost its data it would read 1). */
+  /** RATE_LIMIT_FLEET_SIZE, or the sidecars present at the last contact if more (a restart overlapping its earlier run). */
   let size = fleetFloor
   let present = 0
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
@@ -99,9 +99,7 @@ export function createFleetStore (options: FleetStoreOptions) {
 
   const sending = (): void => { presenceBound = Math.max(presenceBound, clock.now() + redisTimeoutMs + timing.presenceTtlMs) }
   function learn (reply: { fleetSize: number, present: number }): void {
-    size = Math.max(size, reply.fleetSize, fleetFloor)
-    // Redis keeps room for the shares of this many: after it lost its data, it learns again from here.
-    member.fleetFloor = size
+    size = Math.max(reply.fleetSize, fleetFloor)
     present = reply.present
     metrics.rateLimitFleetSize?.set(size)
     metrics.rateLimitFleetPresent?.set(present)

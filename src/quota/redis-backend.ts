@@ -17,27 +17,22 @@ import type { CooldownRequest } from './store.js'
 
 // Shared by the scripts: Redis's clock in ms; the caller's deadline (a command that waited in
 // a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
-// presence (each sidecar renews a member entry that lapses after a TTL; the fleet size is the
-// most members seen present together, remembered for a day after it was last reached).
+// presence (each sidecar renews a member entry that lapses after a TTL). The fleet size the
+// formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more.
 const PRELUDE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function late (deadline) return deadline >= 0 and now > deadline end
-local function presence (membersKey, fleetKey, member, ttl, floor)
+local function presence (membersKey, member, ttl, floor)
   redis.call('ZREMRANGEBYSCORE', membersKey, '-inf', now)
   redis.call('ZADD', membersKey, now + ttl, member)
-  redis.call('PEXPIRE', membersKey, 86400000)
+  redis.call('PEXPIRE', membersKey, ttl)
   local present = redis.call('ZCARD', membersKey)
-  local learned = tonumber(redis.call('GET', fleetKey) or '0')
-  if present >= learned then
-    learned = present
-    redis.call('SET', fleetKey, learned, 'PX', 86400000)
-  end
-  return present, math.max(learned, floor)
+  return present, math.max(present, floor)
 end
 `
 
-// KEYS: epoch, members, fleet, cooldown, then (log, gate) per limit.
+// KEYS: epoch, members, cooldown, then (log, gate) per limit.
 // ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per limit.
 // Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
 // (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
@@ -47,14 +42,14 @@ end
 const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local present, size = presence(KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-local cd = redis.call('PTTL', KEYS[4])
+local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local cd = redis.call('PTTL', KEYS[3])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
-for i = 5, #KEYS, 2 do
+for i = 4, #KEYS, 2 do
   local g = redis.call('PTTL', KEYS[i + 1])
   if g > gated then gated = g end
-  local count, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local count, window = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
   local room = count
@@ -71,14 +66,14 @@ for i = 5, #KEYS, 2 do
 end
 if gated > 0 then return {4, gated, size, present, now} end
 if wait > 0 then return {2, wait, size, present, now} end
-for i = 5, #KEYS, 2 do
+for i = 4, #KEYS, 2 do
   redis.call('ZADD', KEYS[i], now, ARGV[6])
-  redis.call('PEXPIRE', KEYS[i], ARGV[i + 3])
+  redis.call('PEXPIRE', KEYS[i], ARGV[i + 4])
 end
 return {0, 0, size, present, now}
 `
 
-// KEYS: epoch, members, fleet, then (log, gate) per limit of every rule.
+// KEYS: epoch, members, then (log, gate) per limit of every rule.
 // ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, then per
 // limit: window ms, n, then n × (send id, age ms).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
@@ -96,9 +91,9 @@ if not epoch then
 elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
-local present, size = presence(KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
 local a = 7
-for i = 4, #KEYS, 2 do
+for i = 3, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   for j = 1, n do
@@ -111,16 +106,16 @@ end
 return {0, lost, size, present, now, epoch}
 `
 
-// KEYS: epoch, members, fleet, then the cool-down of each scope. ARGV: deadline, member, ttl,
+// KEYS: epoch, members, then the cool-down of each scope. ARGV: deadline, member, ttl,
 // floor, epoch expected. Returns {code, fleet size, present, now, ms left of each cool-down}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
 const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
 local out = {0, size, present, now}
-for i = 4, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+for i = 3, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
 `
 
@@ -209,9 +204,12 @@ type ScriptClient = Redis & {
   sapCoolDown: (numKeys: number, ...args: Array<string | number>) => Promise<number>
 }
 
-/** Reconnects back off from 50 ms, doubling, to 2 s. */
+/** The longest wait between two reconnection attempts: a healed partition is shared again within it. */
+export const RECONNECT_MAX_MS = 1_000
+
+/** Reconnects back off from 50 ms, doubling, to RECONNECT_MAX_MS. */
 export function reconnectDelayMs (attempt: number): number {
-  return Math.min(50 * 2 ** Math.min(attempt, 10), 2_000)
+  return Math.min(50 * 2 ** Math.min(attempt, 10), RECONNECT_MAX_MS)
 }
 
 /** What a Redis error says about the configuration: its credentials refused (NOAUTH, WRONGPASS, an ACL). */
@@ -279,7 +277,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}fleet`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)
   const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch]

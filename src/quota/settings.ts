@@ -28,7 +28,7 @@ export interface RateLimitConfig {
   readonly redisTimeoutMs: number
   /**
    * The most sidecars on this credential that run at once (RATE_LIMIT_FLEET_SIZE); 0 when
-   * unset (then learned through Redis). Cut off from Redis, a sidecar spends limit / size.
+   * unset (then a sidecar cut off from Redis spends nothing). Cut off, it spends limit / size.
    */
   readonly fleetSize: number
 }

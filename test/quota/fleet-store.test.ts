@@ -5,7 +5,7 @@ import t, { type Test } from 'tap'
 import pino from 'pino'
 import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore } from '../../src/quota/fleet-store.js'
-import type { Member, RedisStore, ReassertLimit, TakeReply } from '../../src/quota/redis-backend.js'
+import { reconnectDelayMs, RECONNECT_MAX_MS, type Member, type RedisStore, type ReassertLimit, type TakeReply } from '../../src/quota/redis-backend.js'
 import { parseRules, type Rule } from '../../src/quota/rules.js'
 import type { Take } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
@@ -119,15 +119,16 @@ t.test('cut off without RATE_LIMIT_FLEET_SIZE: nothing, even after the fleet was
   t.equal(store.share({ count: 4, windowMs: 1000, text: '4/1s' }), 0)
 })
 
-t.test('the fleet size learned never goes down: Redis that lost its data and says 1 does not make this sidecar a fleet of one', async (t) => {
+t.test('the fleet size is RATE_LIMIT_FLEET_SIZE, or more while more are present: Redis that lost its data and says 1 does not make a sidecar a fleet of one', async (t) => {
   const { c, store, double } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, fleetSize: 3 })
-  t.equal(store.status().size, 3)
+  t.equal(store.status().size, 3, 'three present (a restart overlapping its earlier run): shares of three')
+  t.equal(store.share({ count: 6, windowMs: 1000, text: '6/1s' }), 2)
   double.state.fleetSize = 1
   double.state.present = 1
   await c.tick(TIMING.heartbeatMs)
   await c.tick(0)
-  t.equal(store.status().size, 3)
-  t.equal(store.share({ count: 6, windowMs: 1000, text: '6/1s' }), 2)
+  t.equal(store.status().size, 2, 'the declared size stands')
+  t.equal(store.share({ count: 6, windowMs: 1000, text: '6/1s' }), 3)
 })
 
 t.test('degraded after a failure: nothing for one window after the last moment Redis could count it present, then its share; its earlier sends count', async (t) => {
@@ -276,4 +277,9 @@ t.test('cut off, a request decided alone asks Redis at once: answering again, it
   t.equal(double.calls.filter((call) => call === 'ping').length, pings + 1, 'one PING, at once')
   t.equal(store.status().state, 'shared')
   t.match(await take(), { kind: 'ok' }, 'the next goes through Redis')
+})
+
+t.test('reconnections back off from 50 ms, doubling, to 1 s: a healed partition is shared again within a second', async (t) => {
+  t.same([0, 1, 2, 3, 4, 5, 10, 1000].map(reconnectDelayMs), [50, 100, 200, 400, 800, 1000, 1000, 1000])
+  t.equal(RECONNECT_MAX_MS, 1000)
 })

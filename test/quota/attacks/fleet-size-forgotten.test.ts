@@ -6,6 +6,7 @@
 // Redis goes away again: A, "a fleet of one", spends the whole budget on its own ledger,
 // inside the window B already filled. Assumptions hold: the fleet was seen in Redis,
 // clocks tick alike, only Redis lost its memory (A and B keep their ledgers).
+// Now: without RATE_LIMIT_FLEET_SIZE a sidecar cut off spends nothing, whatever Redis said.
 import t from 'tap'
 import { startRedis } from '../../helpers/redis.js'
 import { member, ruleOf, sendMany, until } from './fleet-member.js'
@@ -25,7 +26,6 @@ t.test('a learned fleet size survives Redis losing its data: no sidecar spends t
   await redis.stop()
   await redis.start()
   await until(() => a.store.status().state !== 'degraded' && a.store.status().state !== 'connecting', 'A to reconnect')
-  t.equal(a.store.status().size, 2, 'the fleet seen a moment ago is still two sidecars')
 
   await redis.stop()
   await until(() => a.store.status().state === 'degraded', 'A to fall back')

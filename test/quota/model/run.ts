@@ -9,6 +9,7 @@
 //   G3  every caller answered: a status line, within HANG_MS, never a reset;
 //   cool-down: a sidecar that learned of TI's cool-down (its own 429 from TI, or a
 //       cool-down refusal it answered) sends nothing of that rule until it ends.
+import { RECONNECT_MAX_MS } from '../../../src/quota/redis-backend.js'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'
@@ -91,7 +92,8 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
   const t0 = performance.now()
   const rel = (at: number): string => `+${Math.round(at - t0)}ms`
   const log = (line: string): void => { report.trace.push(`${rel(performance.now())} ${line}`) }
-  const quietMs = maxWindowMs(rules) + QUOTA_TIMING.presenceTtlMs + SETTLED_MS + REDIS_TIMEOUT_MS
+  // A healed fault is noticed within a reconnection attempt (docs/quota-guard.md: at most 1 s apart).
+  const quietMs = maxWindowMs(rules) + QUOTA_TIMING.presenceTtlMs + SETTLED_MS + REDIS_TIMEOUT_MS + RECONNECT_MAX_MS
   let lastFaultAt = -Infinity
   let lastLeaveAt = -Infinity
   let cooldownUntil = -Infinity
