@@ -7,6 +7,8 @@ import { adminRoutes } from './admin.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential, type Config } from './config.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, type ErrorBody } from './errors.js'
+import { egressDispatcher } from './egress-connection.js'
+import { routeFor } from './egress-proxy.js'
 import { createUpstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import proxy, { observeExchange, sendError } from './proxy.js'
@@ -59,11 +61,17 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   const rateLimits = config.rateLimits
   const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
 
+  // The token endpoint and the upstream each go through the egress proxy, or direct (egress-proxy.ts).
+  const tokenRoute = routeFor(config.authUrl, config.egressProxy)
+  const tokenEgress = tokenDispatcher === undefined && tokenRoute.via === 'proxy'
+    ? egressDispatcher(config.authUrl, tokenRoute, { connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.tokenTimeoutMs) })
+    : undefined
   const fetchToken = createTokenClient({
     authUrl: config.authUrl,
     timeoutMs: config.tokenTimeoutMs,
     credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
-    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher })
+    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher }),
+    ...(tokenEgress === undefined ? {} : { dispatcher: tokenEgress.dispatcher })
   })
   const tokens = createTokenManager({
     fetchToken,
@@ -85,7 +93,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     timeoutMs: config.upstreamTimeoutMs,
     queueLimit: config.upstreamQueueLimit,
     queueTimeoutMs: config.upstreamQueueTimeoutMs,
-    queueGauge: metrics.upstreamQueued
+    queueGauge: metrics.upstreamQueued,
+    route: routeFor(config.upstreamUrl, config.egressProxy)
   })
 
   // ioredis is loaded only when a Redis URL is set (issue 13: start-up time and memory per pod).
@@ -235,6 +244,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     tokens.stop()
     await quota.close()
     await upstream.close()
+    await tokenEgress?.close()
     await admin.close()
   }
 }

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module'
 import type EnvSchema from 'env-schema'
+import { loadEgressProxy, type EgressProxy } from './egress-proxy.js'
 import { parseRules, type Rule } from './quota/rules.js'
 import { readSecretFileSync, SecretFileError } from './secret-file.js'
 
@@ -153,6 +154,8 @@ export type CredentialSource = { readonly value: string } | { readonly file: str
 
 export interface Config {
   readonly authUrl: string
+  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (egress-proxy.ts). */
+  readonly egressProxy: EgressProxy
   readonly clientId: CredentialSource
   readonly clientSecret: CredentialSource
   readonly upstreamUrl: string
@@ -239,6 +242,7 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
       (hasRules ? ' + RATE_LIMIT_MAX_WAIT_MS' : ''))
   }
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
+  const egressProxy = loadEgressProxy(env, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -247,6 +251,7 @@ export function loadConfig (env: Record<string, string | undefined>, readFile: R
 
   return Object.freeze({
     authUrl,
+    egressProxy,
     clientId,
     clientSecret,
     upstreamUrl,

@@ -18,6 +18,19 @@ export const UpstreamTimeoutError = createError(
 export const UpstreamBadResponseError = createError(
   'UPSTREAM_BAD_RESPONSE', 'the upstream sent an invalid response', 502)
 
+// The egress proxy itself failed (egress-proxy.ts), as distinct from the upstream behind it.
+export const EgressProxyUnreachableError = createError(
+  'EGRESS_PROXY_UNREACHABLE', 'the egress proxy could not be reached', 502)
+
+export const EgressProxyTimeoutError = createError(
+  'EGRESS_PROXY_TIMEOUT', 'the egress proxy did not answer in time', 504)
+
+export const EgressProxyAuthError = createError(
+  'EGRESS_PROXY_AUTH_FAILED', 'the egress proxy refused our credentials (407)', 502)
+
+export const EgressProxyRefusedError = createError(
+  'EGRESS_PROXY_REFUSED', 'the egress proxy refused the connection (%d)', 502)
+
 export const BadRequestError = createError(
   'BAD_REQUEST', '%s', 400)
 
@@ -50,8 +63,15 @@ export const InternalError = createError(
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
   BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError,
-  UpstreamRateLimitedError, InternalError
+  UpstreamRateLimitedError, InternalError,
+  EgressProxyUnreachableError, EgressProxyTimeoutError, EgressProxyAuthError, EgressProxyRefusedError
 ]
+
+/** Whether an error is the egress proxy's own failure (see egress-proxy.ts). */
+export function isEgressProxyError (error: unknown): error is Error & { code: string } {
+  return error instanceof EgressProxyUnreachableError || error instanceof EgressProxyTimeoutError ||
+    error instanceof EgressProxyAuthError || error instanceof EgressProxyRefusedError
+}
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */
 export function isOwnError (error: unknown): boolean {
