@@ -105,11 +105,13 @@ function proxyFailure (err: unknown): Error {
 }
 
 /**
- * A CONNECT the proxy answered other than 200: 407, our credentials; a 5xx, the proxy could
- * not reach the target (the target is what is unreachable); any other, the proxy's refusal.
+ * A CONNECT the proxy answered other than 200: 407, our credentials (401 too: the target is
+ * not reached yet, so it can only be the proxy's, and tinyproxy answers wrong credentials
+ * so); a 5xx, the proxy could not reach the target (the target is what is unreachable);
+ * any other, the proxy's refusal.
  */
 export function connectRefusal (statusCode: number): Error {
-  if (statusCode === 407) return new EgressProxyAuthError()
+  if (statusCode === 407 || statusCode === 401) return new EgressProxyAuthError(statusCode)
   if (statusCode >= 500) {
     // Mapped like any upstream that cannot be reached (UPSTREAM_UNREACHABLE); the code says where.
     return Object.assign(new Error(`the egress proxy could not reach the target (${statusCode})`), { code: 'EGRESS_TARGET_UNREACHABLE' })
@@ -149,7 +151,7 @@ export function refusingProxyAuth (handler: Dispatcher.DispatchHandler): Dispatc
     ...bound(handler),
     onResponseStart (controller, statusCode, headers, statusMessage) {
       if (statusCode === 407) {
-        controller.abort(new EgressProxyAuthError())
+        controller.abort(new EgressProxyAuthError(407))
         return
       }
       handler.onResponseStart?.(controller, statusCode, headers, statusMessage)

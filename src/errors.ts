@@ -26,7 +26,7 @@ export const EgressProxyTimeoutError = createError(
   'EGRESS_PROXY_TIMEOUT', 'the egress proxy did not answer in time', 504)
 
 export const EgressProxyAuthError = createError(
-  'EGRESS_PROXY_AUTH_FAILED', 'the egress proxy refused our credentials (407)', 502)
+  'EGRESS_PROXY_AUTH_FAILED', 'the egress proxy refused our credentials (%d)', 502)
 
 export const EgressProxyRefusedError = createError(
   'EGRESS_PROXY_REFUSED', 'the egress proxy refused the connection (%d)', 502)

@@ -132,7 +132,7 @@ function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): 
     return new TokenRequestError('timeout', `token endpoint did not answer within ${timeoutMs} ms`)
   }
   // The proxy's own failure, named for it: not the token endpoint's.
-  if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', 'egress proxy refused our credentials (407)', { cause: err })
+  if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', err.message.replace(/^the /, ''), { cause: err })
   if (isEgressProxyError(err)) {
     const cause = (err.cause as { code?: string } | undefined)?.code
     return new TokenRequestError('proxy_error', `${err.message.replace(/^the /, '')} (${cause ?? err.code})`, { cause: err })
