@@ -28,6 +28,12 @@ t.test('token and store calls go through the proxy\'s tunnels, with its credenti
   t.same(ti.upstream.seen('post')[0]?.body(), body, 'the body arrived whole')
   t.equal(ti.upstream.seen('post')[0]?.url, '/v2/store/orders', 'origin form inside the tunnel')
 
+  // undici's ProxyAgent would send only the last of these (it turns the header list into an object).
+  ti.upstream.plan('dup', { kind: 'answer', answer: ok('dup') })
+  await send(proxyUrl, { method: 'GET', path: '/v2/store/orders', headers: [[ID_HEADER, 'dup'], ['X-Dup', ['a', 'c']], ['x-other', 'b']] })
+  const raw = ti.upstream.seen('dup')[0]?.rawHeaders ?? []
+  t.same(raw.slice(-6), ['X-Dup', 'a', 'X-Dup', 'c', 'x-other', 'b'], 'a repeated header arrives repeated, in order and spelling')
+
   const tunnels = ti.proxy.seen.map((s) => `${s.kind} ${s.target}`)
   t.same(new Set(tunnels), new Set([`connect ${TOKEN_HOST}:443`, `connect ${STORE_HOST}:443`]), 'only tunnels, to TI\'s names')
   t.ok(ti.proxy.seen.every((s) => s.proxyAuthorization === `Basic ${Buffer.from('egress:pr0xy-s3cret').toString('base64')}`))

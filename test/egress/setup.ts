@@ -25,22 +25,25 @@ export function trustTestCa (): void {
 
 /**
  * The stand-in token endpoint (HTTPS, TOKEN_HOST) and a recording upstream (HTTPS through a
- * TLS front, STORE_HOST), both reachable only through a recording proxy that resolves them.
+ * TLS front, STORE_HOST), both reachable only through a recording proxy that resolves them;
+ * `plain`: both over plain HTTP (through the proxy in absolute form).
  */
-export async function startTiBehindProxy (t: Test, proxy: Omit<RecordingProxyOptions, 'hosts'> = {}) {
-  const standIn = await startStandIn(t, { tls: TI_TLS })
+export async function startTiBehindProxy (t: Test, proxy: Omit<RecordingProxyOptions, 'hosts'> = {}, { plain = false } = {}) {
+  const standIn = await startStandIn(t, plain ? {} : { tls: TI_TLS })
   const upstream = await startRecordingUpstream(t)
-  const storePort = await startTlsFront(t, Number(new URL(upstream.url).port), TI_TLS)
+  const upstreamPort = Number(new URL(upstream.url).port)
+  const storePort = plain ? upstreamPort : await startTlsFront(t, upstreamPort, TI_TLS)
   const recordingProxy = await startRecordingProxy(t, {
     ...proxy,
     hosts: { [TOKEN_HOST]: Number(new URL(standIn.url).port), [STORE_HOST]: storePort }
   })
-  return { standIn, upstream, proxy: recordingProxy, authUrl: `https://${TOKEN_HOST}`, upstreamUrl: `https://${STORE_HOST}` }
+  const scheme = plain ? 'http' : 'https'
+  return { standIn, upstream, proxy: recordingProxy, authUrl: `${scheme}://${TOKEN_HOST}`, upstreamUrl: `${scheme}://${STORE_HOST}` }
 }
 
 /** One request to the sidecar, over its own connection (helpers/caller.ts), framed by length. */
 export async function send (proxyUrl: string, { method, path, headers = [], body }: {
-  method: string, path: string, headers?: Array<[string, string]>, body?: Buffer
+  method: string, path: string, headers?: Array<[string, string | string[]]>, body?: Buffer
 }): Promise<CallerResult> {
   return await call(proxyUrl, {
     method, target: path, headers, body: body ?? Buffer.alloc(0), framing: body === undefined ? 'none' : 'length', cuts: [], expectContinue: false, abort: null
