@@ -1,12 +1,11 @@
 import t from 'tap'
 import { build } from '../helpers/build.js'
 import { ID_HEADER } from '../helpers/recording-upstream.js'
-import { send, startTiBehindProxy, STORE_HOST, TOKEN_HOST } from './setup.js'
+import { send, startTiBehindProxy, storeCalls, STORE_HOST, TOKEN_HOST } from './setup.js'
 
 // Plain HTTP through HTTP_PROXY, in absolute form (RFC 9112 §3.2.2): the proxy sees each
 // request whole, with our credentials in Proxy-Authorization.
 
-const ok = (body: string) => ({ status: 200, headers: [['Content-Type', 'text/plain']] as Array<[string, string]>, body: Buffer.from(body), framing: 'length' as const })
 const basic = (userinfo: string): string => `Basic ${Buffer.from(userinfo).toString('base64')}`
 
 t.test('token and store calls in absolute form: GET, POST with a body, an early answer, a 401 replay', async (t) => {
@@ -14,26 +13,7 @@ t.test('token and store calls in absolute form: GET, POST with a body, an early 
   const { proxyUrl, logs } = await build(t, { AUTH_URL: ti.authUrl, UPSTREAM_URL: ti.upstreamUrl, http_proxy: ti.proxy.urlWith('egress:pr0xy-s3cret') })
   t.equal(ti.standIn.tokensIssued(), 1)
 
-  ti.upstream.plan('get', { kind: 'answer', answer: ok('got') })
-  const get = await send(proxyUrl, { method: 'GET', path: '/v2/store/orders?x=1', headers: [[ID_HEADER, 'get']] })
-  t.equal(get.status, 200)
-  t.equal(get.body.toString(), 'got')
-
-  ti.upstream.plan('post', { kind: 'answer', answer: ok('posted') })
-  const body = Buffer.from('{"order":42}')
-  const post = await send(proxyUrl, { method: 'POST', path: '/v2/store/orders', headers: [[ID_HEADER, 'post']], body })
-  t.equal(post.status, 200)
-  t.same(ti.upstream.seen('post')[0]?.body(), body)
-
-  ti.upstream.plan('early', { kind: 'early', answer: { ...ok('too large'), status: 413 }, then: 'close' })
-  const early = await send(proxyUrl, { method: 'POST', path: '/v2/store/uploads', headers: [[ID_HEADER, 'early']], body: Buffer.alloc(4 * 1024 * 1024, 1) })
-  t.equal(early.status, 413)
-
-  ti.upstream.plan('replay', { kind: 'unauthorized', answer: ok('after replay') })
-  const replayed = await send(proxyUrl, { method: 'POST', path: '/v2/store/orders', headers: [[ID_HEADER, 'replay']], body: Buffer.from('again') })
-  t.equal(replayed.status, 200)
-  t.equal(ti.upstream.seen('replay').length, 2)
-  t.equal(ti.standIn.tokensIssued(), 2)
+  await storeCalls(t, ti, proxyUrl)
 
   const targets = ti.proxy.seen.map((s) => `${s.method} ${s.target}`)
   t.ok(targets.includes(`POST http://${TOKEN_HOST}/v1/oauth/accesstoken`), 'the token request, in absolute form')
