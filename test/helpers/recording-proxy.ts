@@ -5,6 +5,8 @@ import type { Duplex, Readable } from 'node:stream'
 import { createServer as createTlsServer } from 'node:tls'
 import type { Test } from 'tap'
 
+const HOP_BY_HOP = new Set(['proxy-authorization', 'proxy-connection', 'connection', 'keep-alive'])
+
 /** One request as the proxy received it. */
 export interface ProxySeen {
   /** CONNECT (a tunnel) or absolute (plain HTTP through the proxy). */
@@ -95,16 +97,22 @@ export async function startRecordingProxy (t: Test, { hosts, credentials }: Reco
     const headers: string[] = []
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i] ?? ''
-      if (name.toLowerCase() !== 'proxy-authorization' && name.toLowerCase() !== 'proxy-connection') headers.push(name, req.rawHeaders[i + 1] ?? '')
+      if (!HOP_BY_HOP.has(name.toLowerCase())) headers.push(name, req.rawHeaders[i + 1] ?? '')
     }
     const drop = fault.kind === 'drop' ? fault.afterBytes : undefined
-    const out = request({ host: '127.0.0.1', port: to.port, method: req.method, path: url.pathname + url.search, headers }, (answer) => {
+    // One connection per request (agent: false), as the caller's came.
+    const out = request({ host: '127.0.0.1', port: to.port, method: req.method, path: url.pathname + url.search, headers, agent: false }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, answer.rawHeaders)
       res.flushHeaders()
       if (drop === undefined) { answer.pipe(res); return }
       relay(answer, res.socket as Socket, drop)
     })
-    out.on('error', () => { req.socket.destroy() })
+    // An upstream that answered early and closed: its answer still goes back; the rest of the body is dropped.
+    out.on('error', () => {
+      req.unpipe(out)
+      req.resume()
+      if (!res.headersSent) req.socket.destroy()
+    })
     req.pipe(out)
   })
   server.on('connection', (socket: Socket) => {
