@@ -135,7 +135,8 @@ function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): 
   if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', err.message.replace(/^the /, ''), { cause: err })
   if (isEgressProxyError(err)) {
     const cause = (err.cause as { code?: string } | undefined)?.code
-    return new TokenRequestError('proxy_error', `${err.message.replace(/^the /, '')} (${cause ?? err.code})`, { cause: err })
+    const message = err.message.replace(/^the /, '')
+    return new TokenRequestError('proxy_error', cause === undefined ? message : `${message} (${cause})`, { cause: err })
   }
   const code = (err as { code?: string }).code ?? 'unknown'
   return new TokenRequestError('network_error', `token endpoint unreachable (${code})`, { cause: err })
