@@ -182,11 +182,13 @@ export function routeDisplay (route: Route): string {
   return route.via === 'proxy' ? `via ${route.proxy.display}` : `direct (${route.why})`
 }
 
-/** The settings as /status, check-config and the start log show them: proxies as scheme://host:port only. */
-export function egressSummary (egress: EgressProxy): { HTTPS_PROXY: string, HTTP_PROXY: string, NO_PROXY: string } {
+/** The settings, and the way the token endpoint and the upstream go, as /status, check-config and the start log show them: proxies as scheme://host:port only. */
+export function egressSummary (egress: EgressProxy, targets: { authUrl: string, upstreamUrl: string }) {
   return {
     HTTPS_PROXY: egress.httpsProxy?.display ?? '',
     HTTP_PROXY: egress.httpProxy?.display ?? '',
-    NO_PROXY: egress.noProxy
+    NO_PROXY: egress.noProxy,
+    tokenRoute: routeDisplay(routeFor(targets.authUrl, egress)),
+    upstreamRoute: routeDisplay(routeFor(targets.upstreamUrl, egress))
   }
 }

@@ -13,7 +13,7 @@ import {
   ConfigError, DEFAULT_ADMIN_PORT, DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, listenFailure, loadCallerConfig, loadConfig,
   loadStandInConfig, redisDisplayUrl, type Config, type LogLevel
 } from './config.js'
-import { egressSummary, routeDisplay, routeFor } from './egress-proxy.js'
+import { egressSummary } from './egress-proxy.js'
 import { probe } from './healthcheck.js'
 import { buildInfo } from './version.js'
 
@@ -36,9 +36,7 @@ function describe (config: Config) {
     authUrl: config.authUrl,
     upstreamUrl: config.upstreamUrl,
     // scheme://host:port only: a proxy URL may carry a password.
-    egressProxy: egressSummary(config.egressProxy),
-    tokenRoute: routeDisplay(routeFor(config.authUrl, config.egressProxy)),
-    upstreamRoute: routeDisplay(routeFor(config.upstreamUrl, config.egressProxy)),
+    egressProxy: egressSummary(config.egressProxy, config),
     clientIdFrom: 'file' in config.clientId ? `file ${config.clientId.file}` : 'environment',
     clientSecretFrom: 'file' in config.clientSecret ? `file ${config.clientSecret.file}` : 'environment',
     proxy: `${config.host}:${config.port}`,

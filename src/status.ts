@@ -2,7 +2,7 @@
 // where the token stands. It never carries the token nor a secret, nor a prefix or
 // hash of either: credentials appear only as where they come from.
 import { redisDisplayUrl, type Config } from './config.js'
-import { egressSummary, routeDisplay, routeFor } from './egress-proxy.js'
+import { egressSummary } from './egress-proxy.js'
 import type { RateLimitStatus } from './quota/guard.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from './token/token-client.js'
@@ -23,9 +23,7 @@ export function configSummary (config: Config): ConfigSummary {
     tokenUrl: tokenEndpointUrl(config.authUrl),
     UPSTREAM_URL: config.upstreamUrl,
     // scheme://host:port only: a proxy URL may carry a password.
-    ...egressSummary(config.egressProxy),
-    tokenRoute: routeDisplay(routeFor(config.authUrl, config.egressProxy)),
-    upstreamRoute: routeDisplay(routeFor(config.upstreamUrl, config.egressProxy)),
+    ...egressSummary(config.egressProxy, config),
     CLIENT_ID: credentialOrigin('CLIENT_ID', config.clientId),
     CLIENT_SECRET: credentialOrigin('CLIENT_SECRET', config.clientSecret),
     HOST: config.host,

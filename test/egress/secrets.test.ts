@@ -48,8 +48,8 @@ const env = (proxy: string): Record<string, string> => ({
 t.test('check-config shows the proxy as scheme://host:port, and a bad one without its value', async (t) => {
   const valid = runMain(t, ['check-config'], env(`http://${USER}:${URL_PASSWORD}@proxy.corp:3128`))
   t.equal(await valid.exited, 0)
-  t.match(valid.stdout(), /"egressProxy":\{"HTTPS_PROXY":"http:\/\/proxy\.corp:3128","HTTP_PROXY":"","NO_PROXY":"internal\.example"\}/)
-  t.match(valid.stdout(), /"tokenRoute":"via http:\/\/proxy\.corp:3128","upstreamRoute":"via http:\/\/proxy\.corp:3128"/)
+  t.match(valid.stdout(), /"egressProxy":\{"HTTPS_PROXY":"http:\/\/proxy\.corp:3128","HTTP_PROXY":"","NO_PROXY":"internal\.example",/)
+  t.match(valid.stdout(), /"tokenRoute":"via http:\/\/proxy\.corp:3128","upstreamRoute":"via http:\/\/proxy\.corp:3128"\}/)
   clean(t, 'check-config', valid.stdout() + valid.stderr())
   const invalid = runMain(t, ['check-config'], env(`socks5://${USER}:${URL_PASSWORD}@proxy.corp:1080`))
   t.equal(await invalid.exited, 1)
