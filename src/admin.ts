@@ -33,6 +33,7 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
   if (draining) return { ready: false, reason: 'shutting down' }
   if (state.hasValidToken) return { ready: true, reason: 'token held' }
   if (state.credentialsRejected) return { ready: false, reason: 'client credentials rejected by the token endpoint' }
+  if (state.lastFailure === 'proxy_rejected') return { ready: false, reason: 'egress proxy refused our credentials' }
   if (!state.everHadToken) return { ready: false, reason: 'waiting for the first access token' }
   return { ready: true, reason: 'token endpoint unavailable; callers get 503 until it recovers' }
 }

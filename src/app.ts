@@ -7,6 +7,8 @@ import { adminRoutes } from './admin.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
+import { egressDispatcher } from './egress-connection.js'
+import { routeFor } from './egress-proxy.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, sendError } from './errors.js'
 import { createUpstream, type Upstream } from './forward.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
@@ -63,7 +65,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   const { log, clock, defaultMetrics = true, version = 'unknown' } = deps
   const rateLimits = config.rateLimits
   const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
-  const tokens = createTokens(config, deps, metrics)
+  const { tokens, closeTokenEgress } = createTokens(config, deps, metrics)
 
   // One keep-alive pool to the upstream origin, TLS verified, with a bounded queue.
   const upstream = createUpstream({
@@ -73,7 +75,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     timeoutMs: config.upstreamTimeoutMs,
     queueLimit: config.upstreamQueueLimit,
     queueTimeoutMs: config.upstreamQueueTimeoutMs,
-    queueGauge: metrics.upstreamQueued
+    queueGauge: metrics.upstreamQueued,
+    route: routeFor(config.upstreamUrl, config.egressProxy)
   })
 
   const quota = await createQuota(config, deps, metrics)
@@ -119,20 +122,27 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     tokens.stop()
     await quota.close()
     await upstream.close()
+    await closeTokenEgress()
     await admin.close()
   }
 }
 
 /** The token client and the manager that keeps one token fresh. */
-function createTokens (config: Config, deps: AppDependencies, metrics: Metrics): TokenManager {
+function createTokens (config: Config, deps: AppDependencies, metrics: Metrics): { tokens: TokenManager, closeTokenEgress: () => Promise<void> } {
   const { log, clock, random, readFile, tokenDispatcher } = deps
+  // The token endpoint goes through the egress proxy, or direct (egress-proxy.ts).
+  const tokenRoute = routeFor(config.authUrl, config.egressProxy)
+  const tokenEgress = tokenDispatcher === undefined && tokenRoute.via === 'proxy'
+    ? egressDispatcher(config.authUrl, tokenRoute, { connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.tokenTimeoutMs) })
+    : undefined
+  const dispatcher = tokenDispatcher ?? tokenEgress?.dispatcher
   const fetchToken = createTokenClient({
     authUrl: config.authUrl,
     timeoutMs: config.tokenTimeoutMs,
     credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
-    ...(tokenDispatcher === undefined ? {} : { dispatcher: tokenDispatcher })
+    ...(dispatcher === undefined ? {} : { dispatcher })
   })
-  return createTokenManager({
+  const tokens = createTokenManager({
     fetchToken,
     log: log.child({ component: 'token' }),
     metrics,
@@ -143,6 +153,7 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
     ...(clock === undefined ? {} : { clock }),
     ...(random === undefined ? {} : { random })
   })
+  return { tokens, closeTokenEgress: async () => { await tokenEgress?.close() } }
 }
 
 /** The quota guard, with its Redis store when RATE_LIMIT_REDIS_URL is set. */

@@ -23,6 +23,19 @@ export const UpstreamTimeoutError = createError(
 export const UpstreamBadResponseError = createError(
   'UPSTREAM_BAD_RESPONSE', 'the upstream sent an invalid response', 502)
 
+// The egress proxy itself failed (egress-proxy.ts), as distinct from the upstream behind it.
+export const EgressProxyUnreachableError = createError(
+  'EGRESS_PROXY_UNREACHABLE', 'the egress proxy could not be reached', 502)
+
+export const EgressProxyTimeoutError = createError(
+  'EGRESS_PROXY_TIMEOUT', 'the egress proxy did not answer in time', 504)
+
+export const EgressProxyAuthError = createError(
+  'EGRESS_PROXY_AUTH_FAILED', 'the egress proxy refused our credentials (%d)', 502)
+
+export const EgressProxyRefusedError = createError(
+  'EGRESS_PROXY_REFUSED', 'the egress proxy refused the connection (%d)', 502)
+
 export const BadRequestError = createError(
   'BAD_REQUEST', '%s', 400)
 
@@ -55,8 +68,15 @@ export const InternalError = createError(
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
   BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError,
-  UpstreamRateLimitedError, InternalError
+  UpstreamRateLimitedError, InternalError,
+  EgressProxyUnreachableError, EgressProxyTimeoutError, EgressProxyAuthError, EgressProxyRefusedError
 ]
+
+/** Whether an error is the egress proxy's own failure (see egress-proxy.ts). */
+export function isEgressProxyError (error: unknown): error is Error & { code: string } {
+  return error instanceof EgressProxyUnreachableError || error instanceof EgressProxyTimeoutError ||
+    error instanceof EgressProxyAuthError || error instanceof EgressProxyRefusedError
+}
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */
 export function isOwnError (error: unknown): boolean {
@@ -76,6 +96,8 @@ export const BUSY_RETRY_AFTER_S = 1
 export function upstreamError (error: Error): FastifyError {
   for (let e: unknown = error; e instanceof Error; e = e.cause) {
     if (e instanceof BodyTooLargeError || e instanceof UpstreamBusyError || e instanceof UpstreamBadResponseError) return e
+    // The egress proxy's own failures keep their names (EGRESS_PROXY_*): an operator can act on them.
+    if (isEgressProxyError(e)) return e as FastifyError
   }
   const code = (error as { code?: string }).code ?? ''
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return new UpstreamTimeoutError({ cause: error })

@@ -1,7 +1,9 @@
 import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Readable } from 'node:stream'
-import { buildConnector, Pool, type Dispatcher } from 'undici'
+import { Pool, type Dispatcher } from 'undici'
+import { absoluteFormRequest, egressConnection, refusingProxyAuth } from './egress-connection.js'
+import type { Route } from './egress-proxy.js'
 import { UpstreamBadResponseError, UpstreamBusyError } from './errors.js'
 import { callerResponseHeaders } from './http-rules.js'
 import { createResetWatch, guardUpstreamSocket } from './upstream-socket.js'
@@ -63,6 +65,8 @@ export interface UpstreamOptions {
   queueTimeoutMs: number
   /** Reports how many requests wait for a connection. */
   queueGauge?: { inc: () => void, dec: () => void }
+  /** Through the egress proxy, or direct (the default). */
+  route?: Route
 }
 
 const statusOnly = (statusCode: number): boolean => statusCode === 204 || statusCode === 304
@@ -80,24 +84,32 @@ const statusOnly = (statusCode: number): boolean => statusCode === 204 || status
  * connection, so a truncated body is never passed off as complete.
  */
 export function createUpstream (options: UpstreamOptions) {
-  const { url, connections, connectTimeoutMs, timeoutMs, queueLimit, queueTimeoutMs, queueGauge } = options
+  const { url, connections, connectTimeoutMs, timeoutMs, queueLimit, queueTimeoutMs, queueGauge, route = { via: 'direct', why: 'no proxy set' } } = options
 
   // A reset that undici takes for the end of an answer, seen (src/upstream-socket.ts).
   const resets = createResetWatch()
-  // TLS is verified (undici's default, stated here so nothing else can turn it off).
-  const connector = buildConnector({ rejectUnauthorized: true, timeout: connectTimeoutMs })
-  const pool = new Pool(new URL(url).origin, {
+  // Direct, or through the egress proxy (a CONNECT tunnel, or the absolute form to the
+  // proxy's origin for plain HTTP); TLS to the upstream verified either way. The socket
+  // guards apply to the socket undici reads the answer from, tunnelled or not.
+  const egress = egressConnection(url, route, { connectTimeoutMs })
+  const absoluteForm = egress.absoluteForm
+  const pool = new Pool(egress.origin, {
     connections,
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
     connect (connectOptions, callback) {
-      connector(connectOptions, (...args) => {
+      egress.connect(connectOptions, (...args) => {
         const socket = args[1]
         if (socket != null) guardUpstreamSocket(socket as Socket, resets)
         callback(...args)
       })
     }
   })
+
+  const dispatch = absoluteForm === undefined
+    ? (request: UpstreamRequest, handler: Dispatcher.DispatchHandler) => pool.dispatch(request, handler)
+    : (request: UpstreamRequest, handler: Dispatcher.DispatchHandler) =>
+        pool.dispatch(absoluteFormRequest(request, absoluteForm), refusingProxyAuth(handler))
 
   let queued = 0
 
@@ -185,7 +197,7 @@ export function createUpstream (options: UpstreamOptions) {
       }
     }
 
-    pool.dispatch(request, {
+    dispatch(request, {
       onRequestStart (c) {
         // Dropped before a single byte is written, if its caller has gone or was answered 503.
         if (expired || callerLeft) {
@@ -275,7 +287,7 @@ export function createUpstream (options: UpstreamOptions) {
     forward,
     /** Requests waiting for a connection. */
     queued: () => queued,
-    close: () => pool.close()
+    close: async () => { await Promise.all([pool.close(), egress.close()]) }
   }
 }
 

@@ -2,6 +2,7 @@
 // where the token stands. It never carries the token nor a secret, nor a prefix or
 // hash of either: credentials appear only as where they come from.
 import type { Config } from './config/load.js'
+import { egressSummary } from './egress-proxy.js'
 import { redisDisplayUrl } from './quota/settings.js'
 import type { RateLimitStatus } from './quota/guard.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
@@ -22,6 +23,8 @@ export function configSummary (config: Config): ConfigSummary {
     AUTH_URL: config.authUrl,
     tokenUrl: tokenEndpointUrl(config.authUrl),
     UPSTREAM_URL: config.upstreamUrl,
+    // scheme://host:port only: a proxy URL may carry a password.
+    ...egressSummary(config.egressProxy, config),
     CLIENT_ID: credentialOrigin('CLIENT_ID', config.clientId),
     CLIENT_SECRET: credentialOrigin('CLIENT_SECRET', config.clientSecret),
     HOST: config.host,

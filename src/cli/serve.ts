@@ -1,4 +1,5 @@
 // The sidecar's commands: `serve` (listen, then shut down gracefully) and what it prints.
+import { egressSummary } from '../egress-proxy.js'
 import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import type { App } from '../app.js'
@@ -19,6 +20,8 @@ export function describe (config: Config) {
   return {
     authUrl: config.authUrl,
     upstreamUrl: config.upstreamUrl,
+    // scheme://host:port only: a proxy URL may carry a password.
+    egressProxy: egressSummary(config.egressProxy, config),
     clientIdFrom: 'file' in config.clientId ? `file ${config.clientId.file}` : 'environment',
     clientSecretFrom: 'file' in config.clientSecret ? `file ${config.clientSecret.file}` : 'environment',
     proxy: `${config.host}:${config.port}`,

@@ -1,3 +1,4 @@
+import { loadEgressProxy, type EgressProxy } from '../egress-proxy.js'
 import { checkRateLimits, type RateLimitConfig } from '../quota/settings.js'
 import { TOKEN_PATH } from '../token/token-client.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
@@ -38,6 +39,8 @@ export interface Config {
   /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
   readonly upstreamQueueLimit: number
   readonly accessLog: boolean
+  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress-proxy.ts). */
+  readonly egressProxy: EgressProxy
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
   readonly logLevel: LogLevel
@@ -66,6 +69,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
+  const egressProxy = loadEgressProxy(env, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -98,7 +102,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
-    rateLimits
+    rateLimits,
+    egressProxy
   })
 }
 

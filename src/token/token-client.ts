@@ -1,4 +1,5 @@
 import { request, type Dispatcher } from 'undici'
+import { EgressProxyAuthError, isEgressProxyError } from '../errors.js'
 
 /** The contract's ceiling on a token's life (§5.5, §8): never trust a longer one. */
 export const MAX_TOKEN_LIFETIME_MS = 60 * 60_000
@@ -41,7 +42,7 @@ export interface FetchedToken {
  * the only part of an error body that is ever kept (bodies may echo credentials).
  */
 export type TokenOutcome = 'success' | 'network_error' | 'timeout' | 'server_error' | 'rate_limited' |
-  'rejected' | 'http_error' | 'invalid_response' | 'credentials_unreadable'
+  'rejected' | 'http_error' | 'invalid_response' | 'credentials_unreadable' | 'proxy_error' | 'proxy_rejected'
 
 export class TokenRequestError extends Error {
   readonly outcome: Exclude<TokenOutcome, 'success'>
@@ -66,6 +67,7 @@ export interface TokenClientOptions {
   timeoutMs: number
   /** Called before every request, so rotated secret files are picked up (see credentials.ts). */
   credentials: () => Credentials | Promise<Credentials>
+  /** undici's global dispatcher when not given; through the egress proxy when one applies (app.ts). */
   dispatcher?: Dispatcher
 }
 
@@ -128,6 +130,13 @@ function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): 
   if (err instanceof TokenRequestError) return err
   if (signal.aborted) {
     return new TokenRequestError('timeout', `token endpoint did not answer within ${timeoutMs} ms`)
+  }
+  // The proxy's own failure, named for it: not the token endpoint's.
+  if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', err.message.replace(/^the /, ''), { cause: err })
+  if (isEgressProxyError(err)) {
+    const cause = (err.cause as { code?: string } | undefined)?.code
+    const message = err.message.replace(/^the /, '')
+    return new TokenRequestError('proxy_error', cause === undefined ? message : `${message} (${cause})`, { cause: err })
   }
   const code = (err as { code?: string }).code ?? 'unknown'
   return new TokenRequestError('network_error', `token endpoint unreachable (${code})`, { cause: err })
