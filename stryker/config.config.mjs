@@ -1,0 +1,7 @@
+import { area } from './base.mjs'
+
+export default area('config', {
+  mutate: ['src/config*.ts', 'src/config/**/*.ts'],
+  testFiles: ['test/config.test.ts', 'test/token/credentials.test.ts', 'test/token/secret-file.test.ts'],
+  breakAt: 60
+})
