@@ -487,3 +487,145 @@ t.test('state(): wall-clock display times, generation, the answer\'s non-secret 
   })
   t.ok((tokens.state().nextAttemptAt ?? 0) > clock.clock.wallNow())
 })
+
+// What the manager promises at its edges: each test states one rule of the contract.
+
+t.test('a token past its monotonic usable life is not sent, even with the wall clock stepped back', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  clock.stepWall(-2 * HOUR)
+  await clock.tick(HOUR)
+  t.equal(tokens.current(), undefined, 'the monotonic clock says it lapsed; the wall clock alone would keep it')
+  t.equal(tokens.state().hasValidToken, false)
+})
+
+t.test('everHadToken: false until a token arrives, then true even once it lapses', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: 60_000 }, 'hang'])
+  t.equal(tokens.state().everHadToken, false)
+  await tokens.start()
+  t.equal(tokens.state().everHadToken, true)
+  await clock.tick(60_000)
+  t.same([tokens.state().hasValidToken, tokens.state().everHadToken], [false, true])
+})
+
+t.test('refreshing: true exactly while a token request is in flight', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 100 }])
+  t.equal(tokens.state().refreshing, false)
+  const started = tokens.start()
+  t.equal(tokens.state().refreshing, true)
+  await clock.tick(100)
+  await started
+  t.equal(tokens.state().refreshing, false)
+})
+
+t.test('every wait for a request in flight is bounded afresh: a second wait gets the second token', async (t) => {
+  const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: 60_000, latencyMs: 100 }, { lifetimeMs: HOUR, latencyMs: 100 }])
+  const first = tokens.get()
+  await clock.tick(100)
+  t.equal((await first).authorization, 'Bearer token-1')
+  // The first token lapses with its refresh not yet due; the next caller waits for a new one.
+  clock.stepWall(2 * HOUR)
+  const second = tokens.get()
+  await clock.tick(100)
+  t.equal((await second).authorization, 'Bearer token-2', 'waited for the request in flight, not a 503')
+  t.equal(endpoint.calls(), 2)
+})
+
+t.test('the 503 with no token says when the next attempt is due (Retry-After in whole seconds, at least 1)', async (t) => {
+  const limited = new TokenRequestError('rate_limited', 'token endpoint rate-limited the request (429)', { statusCode: 429, retryAfterMs: 30_000 })
+  const { tokens, clock } = manager(t, [{ error: limited }])
+  await tokens.start()
+  const err = await tokens.get().catch((e: unknown) => e) as { retryAfterSeconds: number }
+  t.equal(err.retryAfterSeconds, 30)
+  await clock.tick(29_500)
+  const later = await tokens.get().catch((e: unknown) => e) as { retryAfterSeconds: number }
+  t.equal(later.retryAfterSeconds, 1, 'rounded up, never 0')
+})
+
+t.test('an answer that arrives after its usable life is a failure, retried after a backoff, not at once', async (t) => {
+  const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: 2000, latencyMs: 2500 }], { random: () => 0.5 })
+  void tokens.start()
+  await clock.tick(2500)
+  t.equal(tokens.current(), undefined)
+  t.equal(tokens.state().lastFailure, 'invalid_response')
+  await clock.tick(200)
+  t.equal(endpoint.calls(), 1, 'no request loop against a slow endpoint')
+  t.equal(tokens.state().consecutiveFailures, 1)
+})
+
+t.test('a 401 concerns a token only if it is still the current one: another generation starts no refresh', async (t) => {
+  const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  t.equal(tokens.invalidate(held.generation + 1), false, 'a generation never issued')
+  t.equal(tokens.state().refreshing, false)
+  t.equal(endpoint.calls(), 1)
+})
+
+t.test('the token-expiry gauge is 0 once the token has lapsed', async (t) => {
+  const metrics = createMetrics({ defaultMetrics: false })
+  const { tokens, clock } = manager(t, [{ lifetimeMs: 60_000 }, 'hang'], { metrics })
+  await tokens.start()
+  const value = async (): Promise<number | undefined> => (await metrics.tokenExpiry.get()).values[0]?.value
+  t.equal(await value(), (clock.clock.wallNow() + 60_000) / 1000)
+  await clock.tick(60_000)
+  t.equal(tokens.current(), undefined)
+  t.equal(await value(), 0)
+})
+
+t.test('stopped: nothing starts another token request, whatever is in flight or due', async (t) => {
+  const answers: Array<[string, Answer]> = [['an answer', { lifetimeMs: 60_000, latencyMs: 100 }], ['a failure', { error: serverError(), latencyMs: 100 }]]
+  for (const [what, answer] of answers) {
+    await t.test(`${what} that arrives after stop schedules no other request`, async (t) => {
+      const { tokens, clock, endpoint } = manager(t, [answer])
+      const started = tokens.start()
+      tokens.stop()
+      await clock.tick(100)
+      await started
+      t.equal(tokens.state().nextAttemptAt, undefined)
+      await clock.tick(HOUR)
+      t.equal(endpoint.calls(), 1)
+    })
+  }
+  await t.test('start and get after stop send nothing; get answers 503', async (t) => {
+    const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+    tokens.stop()
+    await tokens.start()
+    const err = await tokens.get().catch((e: unknown) => e) as { code: string }
+    t.equal(err.code, 'TOKEN_UNAVAILABLE')
+    t.equal(endpoint.calls(), 0)
+  })
+  await t.test('a token that lapses or falls due by the wall clock after stop is not replaced', async (t) => {
+    const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+    await tokens.start()
+    tokens.stop()
+    clock.stepWall(HOUR - 200_000)
+    t.ok(tokens.current(), 'in its refresh window by the wall clock, still served')
+    await clock.tick(HOUR)
+    t.equal(tokens.current(), undefined, 'lapsed')
+    t.equal(endpoint.calls(), 1)
+  })
+  await t.test('a 401 after stop starts no refresh, and renewed() does not wait', async (t) => {
+    const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+    await tokens.start()
+    const held = tokens.current()
+    if (held === undefined) throw new Error('no token')
+    tokens.stop()
+    t.equal(tokens.invalidate(held.generation), false)
+    t.equal(endpoint.calls(), 1)
+  })
+  await t.test('renewed() after stop answers at once, even with a request in flight', async (t) => {
+    const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 5000 }], { waitMs: 10_000 })
+    await tokens.start()
+    const held = tokens.current()
+    if (held === undefined) throw new Error('no token')
+    tokens.invalidate(held.generation)
+    tokens.stop()
+    let answered = false
+    const renewal = tokens.renewed(held.generation).then((token) => { answered = true; return token })
+    await clock.tick(0)
+    t.equal(answered, true, 'not after the request or waitMs')
+    t.equal(await renewal, undefined)
+  })
+})
