@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { TokenRequestError, type FetchedToken } from '../../src/token/token-client.js'
-import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, type TokenManagerOptions } from '../../src/token/token-manager.js'
+import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, shownTimes, type Token, type TokenManagerOptions } from '../../src/token/token-manager.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 
@@ -628,4 +628,16 @@ t.test('stopped: nothing starts another token request, whatever is in flight or 
     t.equal(answered, true, 'not after the request or waitMs')
     t.equal(await renewal, undefined)
   })
+})
+
+t.test('shownTimes: monotonic instants carried to the wall clock, or the wall reading if earlier; none without a token', async (t) => {
+  const held = { expiresAt: 10_000, wallExpiresAt: 1_000_010_000, wallRefreshAt: 1_000_008_000 } as unknown as Token
+  // Wall minus monotonic is 1e9: both readings agree.
+  t.same(shownTimes(held, 8_000, 1_000_000_000), { expiresAt: 1_000_010_000, refreshesAt: 1_000_008_000 })
+  // The wall clock ran on alone (a suspension): the wall-clock readings come first.
+  t.same(shownTimes(held, 8_000, 1_000_500_000), { expiresAt: 1_000_010_000, refreshesAt: 1_000_008_000 })
+  // The wall clock was stepped back: the monotonic instants, carried over, come first.
+  t.same(shownTimes(held, 8_000.4, 999_000_000), { expiresAt: 999_010_000, refreshesAt: 999_008_000 })
+  t.same(shownTimes(held, undefined, 1_000_000_000), { expiresAt: 1_000_010_000, refreshesAt: undefined }, 'no refresh pending')
+  t.same(shownTimes(undefined, 8_000, 1_000_000_000), { expiresAt: undefined, refreshesAt: undefined })
 })
