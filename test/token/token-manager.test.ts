@@ -491,12 +491,22 @@ t.test('state(): wall-clock display times, generation, the answer\'s non-secret 
 // What the manager promises at its edges: each test states one rule of the contract.
 
 t.test('a token past its monotonic usable life is not sent, even with the wall clock stepped back', async (t) => {
-  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  const { tokens, clock, logs } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
   await tokens.start()
   clock.stepWall(-2 * HOUR)
   await clock.tick(HOUR)
   t.equal(tokens.current(), undefined, 'the monotonic clock says it lapsed; the wall clock alone would keep it')
   t.equal(tokens.state().hasValidToken, false)
+  t.match(logs.entries().find((e) => e.level === 40), { generation: 1, judgedBy: 'monotonic clock' }, 'the WARN says which clock')
+})
+
+t.test('a token lapsed by the wall clock alone (a suspension) says so; the acquired line gives the times', async (t) => {
+  const { tokens, clock, logs } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  t.match(logs.entries().find((e) => e.msg === 'access token acquired'), { generation: 1, expiresInS: 3600, refreshInS: 3300 })
+  clock.suspend(2 * HOUR)
+  t.equal(tokens.current(), undefined)
+  t.match(logs.entries().find((e) => e.level === 40), { generation: 1, judgedBy: 'wall clock' })
 })
 
 t.test('everHadToken: false until a token arrives, then true even once it lapses', async (t) => {
