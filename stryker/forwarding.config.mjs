@@ -15,5 +15,6 @@ export default area('forwarding', {
     'test/faults/queue-bound.test.ts',
     'test/faults/queue-gone.test.ts'
   ],
-  breakAt: 60
+  // No floor until a full run has measured this area: then set it at the score it holds.
+  breakAt: null
 })
