@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import {
   createTokenClient, MAX_RESPONSE_BYTES, MAX_TOKEN_LIFETIME_MS, oauthErrorCode, parseExpiresIn, parseRetryAfter, parseTokenResponse,
-  TOKEN_INFO_MAX_LENGTH, tokenEndpointUrl, TokenRequestError
+  TOKEN_INFO_MAX_LENGTH, tokenEndpointUrl, tokenInfo, TokenRequestError
 } from '../../src/token/token-client.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 
@@ -41,6 +41,7 @@ t.test('the request is exactly the contract: POST, no query, form type, raw unen
   t.equal(req?.method, 'POST')
   t.equal(req?.url, '/v1/oauth/accesstoken')
   t.equal(req?.headers['content-type'], 'application/x-www-form-urlencoded')
+  t.equal(req?.headers.accept, 'application/json')
   t.equal(req?.body, 'grant_type=client_credentials&client_id=demo-client&client_secret=Zm9v+YmFy/c2VjcmV0=')
   t.notMatch(req?.body, '%2B', 'no percent-encoding')
 })
@@ -85,6 +86,7 @@ t.test('a hanging endpoint times out', async (t) => {
   const fetchToken = createTokenClient({ authUrl: endpoint.url, timeoutMs: 100, credentials })
   const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
   t.equal(err.outcome, 'timeout')
+  t.equal(err.message, 'token endpoint did not answer within 100 ms', 'the reason /status shows')
 })
 
 t.test('an unreachable endpoint is a network error', async (t) => {
@@ -93,6 +95,7 @@ t.test('an unreachable endpoint is a network error', async (t) => {
   const fetchToken = createTokenClient({ authUrl: closed, timeoutMs: 1000, credentials })
   const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
   t.equal(err.outcome, 'network_error')
+  t.equal(err.message, 'token endpoint unreachable (ECONNREFUSED)', 'the reason /status shows')
 })
 
 t.test('an oversized answer is not read whole', async (t) => {
@@ -272,4 +275,33 @@ t.test('expires_in forms', async (t) => {
   t.equal(parseExpiresIn(1.5), undefined)
   t.equal(parseExpiresIn('0'), undefined)
   t.equal(parseExpiresIn(null), undefined)
+})
+
+t.test('an error answer keeps its status, OAuth code and Retry-After, and says what happened', async (t) => {
+  const cases: Array<[number, Record<string, string>, string, Partial<TokenRequestError>]> = [
+    [500, {}, ok({ error: 'server_error' }), { outcome: 'server_error', statusCode: 500, oauthError: 'server_error', message: 'token endpoint failed (500) (server_error)' }],
+    [503, { 'retry-after': '7' }, '', { outcome: 'server_error', statusCode: 503, retryAfterMs: 7000, oauthError: undefined, message: 'token endpoint failed (503)' }],
+    [429, { 'retry-after': '3' }, '', { outcome: 'rate_limited', retryAfterMs: 3000, message: 'token endpoint rate-limited the request (429)' }],
+    [401, {}, ok({ ErrorCode: 'invalid_client' }), { outcome: 'rejected', statusCode: 401, oauthError: 'invalid_client', message: 'token endpoint rejected the client credentials (401) (invalid_client)' }],
+    [404, {}, 'nope', { outcome: 'http_error', statusCode: 404, retryAfterMs: undefined, message: 'token endpoint answered 404' }],
+    [499, {}, '', { outcome: 'http_error', statusCode: 499, message: 'token endpoint answered 499' }]
+  ]
+  for (const [status, headers, body, expected] of cases) {
+    const err = t.throws(() => parseTokenResponse(status, headers, body)) as TokenRequestError
+    t.match({ outcome: err.outcome, statusCode: err.statusCode, retryAfterMs: err.retryAfterMs, oauthError: err.oauthError, message: err.message }, expected, `${status}`)
+    t.equal(err.name, 'TokenRequestError')
+  }
+  const ok200 = t.throws(() => parseTokenResponse(200, {}, ok({ access_token: 'a1' }))) as TokenRequestError
+  t.equal(ok200.statusCode, 200)
+  t.equal(ok200.message, 'token endpoint answered 200 without a usable expires_in')
+})
+
+t.test('shown fields: printable, at most 256 characters, numbers as digits; an empty secret hides nothing', async (t) => {
+  t.same(tokenInfo({ scope: 'x'.repeat(TOKEN_INFO_MAX_LENGTH) }), { scope: 'x'.repeat(TOKEN_INFO_MAX_LENGTH) })
+  t.same(tokenInfo({ scope: 'x'.repeat(TOKEN_INFO_MAX_LENGTH + 1) }), {})
+  t.same(tokenInfo({ scope: 'a\nb', status: 'approved\u0007', client_id: 'é' }), {})
+  t.same(tokenInfo({ issued_at: 1700000000000, status: Infinity, scope: true }), { issued_at: '1700000000000' })
+  const endpoint = await rawEndpoint(t, (res) => { res.end(ok({ access_token: 'abc', expires_in: 60, application_name: 'store-app' })) })
+  const token = await createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials: () => ({ clientId: 'id', clientSecret: '' }) })()
+  t.same(token.info, { application_name: 'store-app' })
 })
