@@ -1,6 +1,7 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
+import { Agent } from 'undici'
 import {
   createTokenClient, MAX_RESPONSE_BYTES, MAX_TOKEN_LIFETIME_MS, oauthErrorCode, parseExpiresIn, parseRetryAfter, parseTokenResponse,
   TOKEN_INFO_MAX_LENGTH, tokenEndpointUrl, tokenInfo, TokenRequestError
@@ -96,7 +97,31 @@ t.test('an unreachable endpoint is a network error', async (t) => {
   const err = await fetchToken().catch((e: unknown) => e) as TokenRequestError
   t.equal(err.outcome, 'network_error')
   t.equal(err.message, 'token endpoint unreachable (ECONNREFUSED)', 'the reason /status shows')
+  t.equal((err.cause as { code?: string } | undefined)?.code, 'ECONNREFUSED', 'the cause kept for the log')
 })
+
+t.test('the dispatcher given is the one used; a failure with no code is named unknown; only transport errors carry a cause', async (t) => {
+  const endpoint = await rawEndpoint(t, (res) => { res.end(JSON.stringify({ access_token: 'abc', expires_in: 60 })) })
+  let used = 0
+  const counting = new Agent().compose((dispatch) => (options, handler) => { used += 1; return dispatch(options, handler) })
+  t.teardown(async () => { await counting.close() })
+  t.equal((await createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials, dispatcher: counting })()).accessToken, 'abc')
+  t.equal(used, 1, 'the request went through the dispatcher given')
+  const failing = new Agent().compose(() => () => { throw new Error('no route to the token endpoint') })
+  t.teardown(async () => { await failing.close() })
+  const err = await createTokenClient({ authUrl: endpoint.url, timeoutMs: 2000, credentials, dispatcher: failing })().catch((e: unknown) => e) as TokenRequestError
+  t.same([err.outcome, err.message], ['network_error', 'token endpoint unreachable (unknown)'])
+  t.notOk('cause' in parseTokenResponseError(), 'an answer the endpoint gave has no cause')
+})
+
+function parseTokenResponseError (): TokenRequestError {
+  try {
+    parseTokenResponse(500, {}, '')
+  } catch (err) {
+    return err as TokenRequestError
+  }
+  throw new Error('a 500 parsed as a token')
+}
 
 t.test('an oversized answer is not read whole', async (t) => {
   const endpoint = await rawEndpoint(t, (res) => { res.end('x'.repeat(200_000)) })
@@ -143,6 +168,7 @@ t.test('credentials read asynchronously (secret files); a rejected read fails th
 
 t.test('the token URL named in logs is AUTH_URL plus the contract path', async (t) => {
   t.equal(tokenEndpointUrl('https://transact.ti.com/'), 'https://transact.ti.com/v1/oauth/accesstoken')
+  t.equal(tokenEndpointUrl('https://transact.ti.com//'), 'https://transact.ti.com/v1/oauth/accesstoken', 'every trailing slash')
 })
 
 t.test('the answer\'s non-secret fields are kept (whitelist), never the token; one echoing the token or the secret is dropped', async (t) => {
