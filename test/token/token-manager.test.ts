@@ -651,3 +651,28 @@ t.test('shownTimes: monotonic instants carried to the wall clock, or the wall re
   t.same(shownTimes(held, undefined, 1_000_000_000), { expiresAt: 1_000_010_000, refreshesAt: undefined }, 'no refresh pending')
   t.same(shownTimes(undefined, 8_000, 1_000_000_000), { expiresAt: undefined, refreshesAt: undefined })
 })
+
+t.test('every token request is counted by outcome, with its duration', async (t) => {
+  const metrics = createMetrics({ defaultMetrics: false })
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 250 }, { error: serverError(), latencyMs: 500 }], { metrics })
+  const first = tokens.start()
+  await clock.tick(250)
+  await first
+  await clock.tick(HOUR - 300_000 - 250)
+  await clock.tick(500)
+  const counts = Object.fromEntries((await metrics.tokenRequests.get()).values.map((v) => [v.labels.outcome, v.value]))
+  t.same(counts, { success: 1, server_error: 1 })
+  const sum = (await metrics.tokenRequestDuration.get()).values.find((v) => v.metricName?.endsWith('_sum'))?.value
+  t.equal(sum, 0.75, 'seconds from send to answer, on the monotonic clock')
+})
+
+t.test('usable until, not at: the token is not served at the instant its usable life ends', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  await clock.tick(held.usableUntil - clock.clock.now() - 1)
+  t.ok(tokens.current(), 'served 1 ms before')
+  await clock.tick(1)
+  t.equal(tokens.current(), undefined, 'not at usableUntil')
+})
