@@ -5,6 +5,7 @@ import { readiness } from '../src/admin.js'
 import type { StatusDocument } from '../src/status.js'
 import type { TokenState } from '../src/token/token-manager.js'
 import { build, CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
+import { eventually } from './helpers/eventually.js'
 import { fakeClock } from './helpers/fake-clock.js'
 import { startFaultyTokenEndpoint } from './helpers/faulty-token-endpoint.js'
 
@@ -64,7 +65,7 @@ t.test('/readyz says why when the credentials are rejected', async (t) => {
   const standIn = await startStandIn(t, { clientSecret: 'the-real-one' })
   const { app, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url })
   // The first rejection is retried at once (a rotation may have raced the request); the second counts.
-  while (!app.tokens.state().credentialsRejected) await new Promise((resolve) => setTimeout(resolve, 10))
+  await eventually(t, 'the credentials rejected', () => app.tokens.state().credentialsRejected)
   const res = await request(adminUrl + '/readyz')
   t.equal(res.statusCode, 503)
   t.match(await res.body.json(), { reason: 'client credentials rejected by the token endpoint', token: { lastFailure: 'rejected' } })
@@ -194,7 +195,7 @@ t.test('/status, /readyz and every log line, through every token state, never sh
   endpoint.setFault('invalid_client')
   await app.tokens.start()
   await clock.tick(10)
-  while (!app.tokens.state().credentialsRejected) await new Promise((resolve) => setTimeout(resolve, 10))
+  await eventually(t, 'the credentials rejected', () => app.tokens.state().credentialsRejected)
   await look({ ready: true, token: { state: 'held' }, tokenRequests: { credentialsRejected: true, lastFailure: { outcome: 'rejected' } } }, 'rejected, token still held')
   clock.stepWall(2 * 3600_000)
   await look({ ready: false, reason: 'client credentials rejected by the token endpoint', token: { state: 'none' } }, 'rejected, token lapsed')

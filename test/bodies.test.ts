@@ -1,17 +1,15 @@
 import { request as httpRequest } from 'node:http'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { build, startStandIn } from './helpers/build.js'
+import { startSidecar } from './helpers/build.js'
 import { startUpstream } from './helpers/upstream.js'
 
 // Issue "Forward faithfully", A.1: the proxy scope never parses, decodes or re-encodes
 // a body of any type; MAX_BODY_BYTES is the only limit.
 
 async function setup (t: Test, env: Record<string, string> = {}) {
-  const standIn = await startStandIn(t)
   const upstream = await startUpstream(t)
-  const sidecar = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, ...env })
-  return { upstream, ...sidecar }
+  return { upstream, ...await startSidecar(t, upstream.url, env) }
 }
 
 const noErrorLogged = (t: Test, entries: Array<Record<string, unknown>>): void => {

@@ -1,15 +1,12 @@
 import { createConnection } from 'node:net'
 import t from 'tap'
 import { build, startStandIn } from './helpers/build.js'
+import { eventually } from './helpers/eventually.js'
 import { metricValue } from './helpers/metrics.js'
 import { startUpstream } from './helpers/upstream.js'
 
 // Issue "Forward faithfully", D.8 and D.11: callers that go away are counted as what
 // they got, and are ordinary client behaviour in the logs.
-
-const until = async (check: () => Promise<boolean> | boolean): Promise<void> => {
-  while (!(await check())) await new Promise((resolve) => setTimeout(resolve, 20))
-}
 
 function rawCaller (proxyUrl: string, bytes: string | Buffer): ReturnType<typeof createConnection> {
   const socket = createConnection(Number(new URL(proxyUrl).port), '127.0.0.1')
@@ -23,10 +20,10 @@ t.test('a caller that gives up before any answer: counted with no status class a
   const upstream = await startUpstream(t, (_req, res) => { setTimeout(() => { res.end('late') }, 300) })
   const { proxyUrl, adminUrl, logs } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true' })
   const socket = rawCaller(proxyUrl, 'GET /slow HTTP/1.1\r\nHost: x\r\n\r\n')
-  await until(() => upstream.received.length === 1)
+  await eventually(t, 'the request reached the upstream', () => upstream.received.length === 1)
   socket.destroy()
   const aborted = { method: 'GET', status_class: 'none', outcome: 'aborted' }
-  await until(async () => await metricValue(adminUrl, 'store_auth_proxy_requests_total', aborted) === 1)
+  await eventually(t, 'the request counted as aborted', async () => await metricValue(adminUrl, 'store_auth_proxy_requests_total', aborted) === 1)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'GET', status_class: '2xx', outcome: 'completed' }), 0)
   const line = logs.entries().find((e) => e.msg === 'request')
   t.equal(line?.statusCode, null, 'the access log says no status was sent')
@@ -43,7 +40,7 @@ t.test('an answer cut off mid-body: counted as truncated with the status sent, n
   const { proxyUrl, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url })
   rawCaller(proxyUrl, 'GET /cut HTTP/1.1\r\nHost: x\r\n\r\n')
   const truncated = { method: 'GET', status_class: '2xx', outcome: 'truncated' }
-  await until(async () => await metricValue(adminUrl, 'store_auth_proxy_requests_total', truncated) === 1)
+  await eventually(t, 'the request counted as truncated', async () => await metricValue(adminUrl, 'store_auth_proxy_requests_total', truncated) === 1)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'GET', status_class: '2xx', outcome: 'completed' }), 0)
 })
 
@@ -53,10 +50,13 @@ for (const size of [1000, 1_000_000]) {
     const upstream = await startUpstream(t)
     const { proxyUrl, adminUrl, logs } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url })
     const socket = rawCaller(proxyUrl, `POST /v2/store/orders HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n{"lineItems":`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    // The sidecar has the request (and, for a body that streams, may have begun sending it).
+    await eventually(t, 'the sidecar has the request in flight', async () => await metricValue(adminUrl, 'store_auth_proxy_requests_in_flight') === 1)
     socket.resetAndDestroy()
-    await until(async () => await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'POST', status_class: 'none', outcome: 'aborted' }) === 1)
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await eventually(t, 'the request counted as aborted', async () =>
+      await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'POST', status_class: 'none', outcome: 'aborted' }) === 1)
+    // Whatever reached the upstream for it is over, so its body is all there will be.
+    await eventually(t, 'the upstream has no request open', () => upstream.open() === 0)
     const entries = logs.entries()
     t.same(entries.filter((e) => (e.level as number) >= 50), [], 'no ERROR line')
     t.notOk(logs.text().includes('"stack"'), 'no stack trace')

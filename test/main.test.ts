@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
+import { eventually } from './helpers/eventually.js'
 import { runMain } from './helpers/process.js'
 import { startUpstream } from './helpers/upstream.js'
 
@@ -49,7 +50,7 @@ t.test('SIGTERM with 200 requests in flight: not ready at once, new connections 
     const text = await (await request(adminUrl + '/metrics')).body.text()
     return Number(/^store_auth_proxy_requests_in_flight (\d+)/m.exec(text)?.[1])
   }
-  while (await inFlight() < 200) await new Promise((resolve) => setTimeout(resolve, 20))
+  await eventually(t, '200 requests in flight', async () => await inFlight() >= 200)
 
   running.child.kill('SIGTERM')
   await running.waitFor(/shutting down/)

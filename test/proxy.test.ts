@@ -1,21 +1,15 @@
 import { request as httpRequest } from 'node:http'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { request } from 'undici'
-import { build, startStandIn } from './helpers/build.js'
+import { build, startSidecar, startStandIn } from './helpers/build.js'
 import { rawRequest, statusOf } from './helpers/raw-http.js'
 import { startUpstream } from './helpers/upstream.js'
 
 const MiB = 1024 * 1024
 
-async function sidecar (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
-  const standIn = await startStandIn(t)
-  const built = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstreamUrl, ...env })
-  return { ...built, standIn }
-}
-
 t.test('the token is injected, and the caller\'s own Authorization is replaced', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/v2/store/products/LM358BIDR', {
     headers: { authorization: 'Basic Y2FsbGVyOnBhc3N3b3Jk', 'x-caller': 'svc-a' }
   })
@@ -41,7 +35,7 @@ t.test('against the stand-in store API the injected token is accepted', async (t
 
 t.test('path bytes, query and the base path reach the upstream unchanged', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url + '/store/')
+  const { proxyUrl } = await startSidecar(t, upstream.url + '/store/')
   const path = '/v2/store/products/LM358B%2FNOPB/x%20y;v=1?currency=USD&q=a+b&r=%7e%2F&r=2&empty='
   const res = await request(proxyUrl + path)
   await res.body.dump()
@@ -51,7 +45,7 @@ t.test('path bytes, query and the base path reach the upstream unchanged', async
 
 t.test('every forwarded method, with its body', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   for (const method of ['GET', 'HEAD', 'DELETE', 'OPTIONS', 'PATCH', 'POST', 'PUT'] as const) {
     const hasBody = method !== 'GET' && method !== 'HEAD'
     const res = await request(`${proxyUrl}/m/${method}`, {
@@ -81,7 +75,7 @@ t.test('status codes and end-to-end headers pass through untouched; hop-by-hop d
     })
     res.end(status === 204 || status === 304 ? undefined : `status ${status}`)
   })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   // 429 last: it starts a cool-down (issue 14), and the requests after it would be answered locally.
   for (const status of [200, 201, 204, 302, 400, 404, 409, 418, 500, 502, 503, 429]) {
     const res = await request(`${proxyUrl}/${status}`)
@@ -99,7 +93,7 @@ t.test('status codes and end-to-end headers pass through untouched; hop-by-hop d
 
 t.test('the request Host is the upstream\'s and hop-by-hop request headers are dropped', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const answer = await rawRequest(proxyUrl, 'GET /h HTTP/1.1\r\nHost: localhost\r\nConnection: close, X-Hop\r\n' +
     'X-Hop: x\r\nProxy-Authorization: Basic eDp5\r\nKeep-Alive: timeout=5\r\nX-End-To-End: kept\r\n\r\n')
   t.equal(statusOf(answer), 200)
@@ -119,7 +113,7 @@ t.test('a large upload streams: the upstream sees bytes before the caller has fi
     req.on('data', (chunk: Buffer) => { upstreamBytes += chunk.length; notify() })
     req.on('end', () => { res.end(JSON.stringify({ bytes: upstreamBytes })) })
   }, { streaming: true })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const total = 64 * MiB
   const chunk = Buffer.alloc(MiB, 7)
   const answer = new Promise<string>((resolve, reject) => {
@@ -152,7 +146,7 @@ t.test('a large download streams: the caller sees bytes before the upstream has 
       res.end()
     })
   })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/download')
   let received = 0
   for await (const chunk of res.body) {
@@ -178,7 +172,7 @@ t.test('no token can be had: 503 JSON with Retry-After, and nothing reaches the 
 t.test('an unreachable upstream: 502 JSON that reveals no address', async (t) => {
   const closed = await startUpstream(t)
   await new Promise<void>((resolve) => closed.server.close(() => { resolve() }))
-  const { proxyUrl } = await sidecar(t, closed.url)
+  const { proxyUrl } = await startSidecar(t, closed.url)
   const res = await request(proxyUrl + '/x')
   const text = await res.body.text()
   t.equal(res.statusCode, 502)
@@ -189,7 +183,7 @@ t.test('an unreachable upstream: 502 JSON that reveals no address', async (t) =>
 
 t.test('an upstream that does not answer within UPSTREAM_TIMEOUT_MS: 504', async (t) => {
   const upstream = await startUpstream(t, () => { /* never answers */ })
-  const { proxyUrl } = await sidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '300' })
+  const { proxyUrl } = await startSidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '300' })
   const started = Date.now()
   const res = await request(proxyUrl + '/slow')
   t.equal(res.statusCode, 504)
@@ -200,7 +194,7 @@ t.test('an upstream that does not answer within UPSTREAM_TIMEOUT_MS: 504', async
 
 t.test('the proxy port serves no admin route: /metrics, /livez and /readyz go upstream', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   for (const path of ['/metrics', '/livez', '/readyz']) {
     const res = await request(proxyUrl + path)
     t.same(await res.body.json(), { method: 'GET', url: path, bytes: 0 }, path)
@@ -221,7 +215,7 @@ t.test('300 concurrent callers on a cold sidecar: one token request, 300 success
 
 t.test('TRACE is refused: the upstream would echo the injected token back', async (t) => {
   const upstream = await startUpstream(t)
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/x', { method: 'TRACE' })
   t.equal(res.statusCode, 405)
   t.same(await res.body.json(), { error: 'METHOD_NOT_ALLOWED', message: 'the TRACE method is not forwarded' })

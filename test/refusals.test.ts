@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { build, startStandIn } from './helpers/build.js'
+import { startSidecar } from './helpers/build.js'
 import { metricValue } from './helpers/metrics.js'
 import { rawRequest, statusOf } from './helpers/raw-http.js'
 import { startUpstream } from './helpers/upstream.js'
@@ -9,9 +9,7 @@ import { startUpstream } from './helpers/upstream.js'
 
 async function sidecar (t: Test) {
   const upstream = await startUpstream(t)
-  const standIn = await startStandIn(t)
-  const built = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true' })
-  return { ...built, upstream }
+  return { ...await startSidecar(t, upstream.url, { ACCESS_LOG: 'true' }), upstream }
 }
 
 const head = (lines: string[]): string => lines.join('\r\n') + '\r\n\r\n'

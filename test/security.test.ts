@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { build, CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
+import { build, CLIENT_ID, CLIENT_SECRET, startSidecar, startStandIn } from './helpers/build.js'
 import { runMain } from './helpers/process.js'
 import { rawRequest, statusOf } from './helpers/raw-http.js'
 import { startUpstream } from './helpers/upstream.js'
@@ -13,9 +13,7 @@ const tls = { key: readFileSync(tlsDir + 'key.pem', 'utf8'), cert: readFileSync(
 
 async function sidecar (t: Test, env: Record<string, string> = {}) {
   const upstream = await startUpstream(t)
-  const standIn = await startStandIn(t)
-  const built = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url + '/base', ...env })
-  return { ...built, upstream }
+  return { ...await startSidecar(t, upstream.url + '/base', env), upstream }
 }
 
 const head = (lines: string[]) => lines.join('\r\n') + '\r\n\r\n'

@@ -280,12 +280,18 @@ export function oauthErrorCode (text: string): string | undefined {
   return candidates.find((c): c is string => typeof c === 'string' && ERROR_CODE.test(c))
 }
 
-/** Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date. */
+// An HTTP-date (RFC 9110 §5.6.7) begins with the day's name, in each of its three forms
+// (IMF-fixdate, RFC 850, asctime). Date.parse alone reads much else as a date:
+// `120abc` as a day long past, which would mean "retry now".
+const HTTP_DATE_START = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /
+
+/** Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date. Anything else is ignored. */
 export function parseRetryAfter (value: string | string[] | undefined, now = Date.now()): number | undefined {
   const v = Array.isArray(value) ? value[0] : value
   if (v === undefined) return undefined
   const trimmed = v.trim()
   if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000
+  if (!HTTP_DATE_START.test(trimmed)) return undefined
   const date = Date.parse(trimmed)
   return Number.isNaN(date) ? undefined : Math.max(0, date - now)
 }

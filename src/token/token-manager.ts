@@ -81,6 +81,16 @@ export interface TokenState {
   nextAttemptAt: number | undefined
 }
 
+const DEFAULT_CREDENTIALS: NonNullable<TokenManagerOptions['credentials']> = {
+  clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET' }
+}
+
+/** The credential settings actually in use, for the operator: `CLIENT_ID and CLIENT_SECRET_FILE (/run/secrets/...)`. */
+export function credentialsInUse ({ clientId, clientSecret }: NonNullable<TokenManagerOptions['credentials']>): string {
+  const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
+  return `${named(clientId)} and ${named(clientSecret)}`
+}
+
 /**
  * Keeps the one access token: fetched at start, refreshed ahead of expiry on a
  * timer that does not depend on traffic, retried with backoff, never sent once
@@ -99,7 +109,7 @@ export interface TokenState {
 export function createTokenManager (options: TokenManagerOptions) {
   const {
     fetchToken, log, metrics, refreshMarginMs, waitMs, tokenUrl,
-    credentials = { clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET' } },
+    credentials = DEFAULT_CREDENTIALS,
     clock = systemClock,
     random = Math.random,
     rejectedRetryMs = REJECTED_RETRY_MS,
@@ -108,7 +118,7 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   let token: Token | undefined
   let inflight: Promise<void> | undefined
-  let boundedWait: Promise<void> | undefined
+  const waitForInflight = createSharedWait(clock, waitMs)
   let cancelTimer: (() => void) | undefined
   /** What the pending timer is for: the refresh ahead of expiry, or a retry after a failure. */
   let timerKind: 'refresh' | 'retry' | undefined
@@ -127,7 +137,6 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   const urlField = tokenUrl === undefined ? {} : { url: tokenUrl }
   const variables = [credentials.clientId.variable, credentials.clientSecret.variable]
-  const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
 
   /**
    * The token if it may still be sent now; a synchronous check for the hot path,
@@ -151,6 +160,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     metrics.tokenExpiry.set(0)
     const byWall = clock.now() < old.usableUntil
     log.warn({ generation: old.generation, judgedBy: byWall ? 'wall clock' : 'monotonic clock' },
+      // Stryker disable next-line StringLiteral: log wording (the fields above are what tests and operators read)
       'access token lapsed before a new one arrived')
     if (inflight === undefined && timerKind !== 'retry' && !stopped) void refresh()
   }
@@ -207,6 +217,7 @@ export function createTokenManager (options: TokenManagerOptions) {
       generation: requestGeneration,
       info: Object.freeze({ ...fetched.info })
     })
+    // Stryker disable next-line StringLiteral: log wording
     if (credentialsRejected) log.info('token endpoint accepts the client credentials again')
     failures = 0
     lastFailure = undefined
@@ -235,14 +246,16 @@ export function createTokenManager (options: TokenManagerOptions) {
       lastRejected = error
       delayMs = backoffDelay(1, random())
       log.warn({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
+        // Stryker disable next-line StringLiteral: log wording
         'token endpoint rejected the client credentials; retrying once with the credentials read again')
     } else if (error.outcome === 'rejected') {
       delayMs = rejectedRetryMs
       // One clear ERROR per incident; the retries that follow are only debug noise.
       if (!credentialsRejected) {
         log.error({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
-          `token endpoint rejected the client credentials; check ${named(credentials.clientId)} and ${named(credentials.clientSecret)}`)
+          `token endpoint rejected the client credentials; check ${credentialsInUse(credentials)}`)
       } else {
+        // Stryker disable next-line StringLiteral,ObjectLiteral: a debug line's wording and fields
         log.debug({ oauthError: error.oauthError, retryInMs: delayMs }, 'client credentials still rejected')
       }
       credentialsRejected = true
@@ -258,21 +271,6 @@ export function createTokenManager (options: TokenManagerOptions) {
   function record (outcome: string, sentAt: number): void {
     metrics.tokenRequests.inc({ outcome })
     metrics.tokenRequestDuration.observe((clock.now() - sentAt) / 1000)
-  }
-
-  /** Waits for the in-flight request, but never longer than waitMs; shared by all waiting callers. */
-  function waitForInflight (running: Promise<void>): Promise<void> {
-    if (boundedWait === undefined) {
-      let cancel = (): void => {}
-      boundedWait = new Promise<void>((resolve) => {
-        cancel = clock.setTimer(resolve, waitMs)
-        void running.then(resolve)
-      }).finally(() => {
-        cancel()
-        boundedWait = undefined
-      })
-    }
-    return boundedWait
   }
 
   /** Whether a waiting caller may start the scheduled retry now (see DEMAND_RETRY_INTERVAL_MS). */
@@ -325,6 +323,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     const now = clock.now()
     if (now - lastForcedAt < forcedRefreshIntervalMs) return false
     lastForcedAt = now
+    // Stryker disable next-line StringLiteral: log wording
     log.warn({ generation: rejectedGeneration }, 'upstream answered 401 to the access token; fetching a new one, keeping this one until it arrives')
     void refresh()
     return true
@@ -348,16 +347,11 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   function state (): TokenState {
     const held = current()
+    // One reading of the clocks for every time shown, so they agree with each other.
     const toWallNow = clock.wallNow() - clock.now()
-    const toWall = (monotonic: number): number => Math.round(monotonic + toWallNow)
-    // After a suspension the wall-clock reading comes first: show whichever is earlier.
-    const wallOf = (monotonic: number, wall: number): number => Math.min(toWall(monotonic), Math.round(wall))
     return {
       hasValidToken: held !== undefined,
-      expiresAt: held === undefined ? undefined : wallOf(held.expiresAt, held.wallExpiresAt),
-      refreshesAt: held === undefined || timerKind !== 'refresh' || nextAttemptAt === undefined
-        ? undefined
-        : wallOf(nextAttemptAt, held.wallRefreshAt),
+      ...shownTimes(held, timerKind === 'refresh' ? nextAttemptAt : undefined, toWallNow),
       generation: held?.generation,
       info: held?.info,
       refreshing: inflight !== undefined,
@@ -367,19 +361,21 @@ export function createTokenManager (options: TokenManagerOptions) {
       lastFailure: lastFailure?.outcome,
       lastFailureReason: lastFailure?.message,
       lastFailureAt: lastFailedWallAt,
-      nextAttemptAt: nextAttemptAt === undefined ? undefined : toWall(nextAttemptAt)
+      nextAttemptAt: nextAttemptAt === undefined ? undefined : Math.round(nextAttemptAt + toWallNow)
     }
+  }
+
+  function stop (): void {
+    stopped = true
+    cancelTimer?.()
+    cancelTimer = undefined
+    timerKind = undefined
+    nextAttemptAt = undefined
   }
 
   return {
     start (): Promise<void> { return refresh() },
-    stop (): void {
-      stopped = true
-      cancelTimer?.()
-      cancelTimer = undefined
-      timerKind = undefined
-      nextAttemptAt = undefined
-    },
+    stop,
     current,
     get,
     invalidate,
@@ -389,3 +385,40 @@ export function createTokenManager (options: TokenManagerOptions) {
 }
 
 export type TokenManager = ReturnType<typeof createTokenManager>
+
+/**
+ * Waits for a request in flight, but never longer than waitMs. One wait is shared by
+ * every caller that comes while it runs; once it ends, the next caller starts a new one.
+ */
+export function createSharedWait (clock: Clock, waitMs: number): (running: Promise<void>) => Promise<void> {
+  let shared: Promise<void> | undefined
+  return (running) => {
+    if (shared === undefined) {
+      let cancel = (): void => {}
+      shared = new Promise<void>((resolve) => {
+        cancel = clock.setTimer(resolve, waitMs)
+        void running.then(resolve)
+      }).finally(() => {
+        cancel()
+        shared = undefined
+      })
+    }
+    return shared
+  }
+}
+
+/**
+ * A held token's expiry and due refresh as wall-clock unix ms, for display. Pure. Each
+ * is the monotonic instant carried to the wall clock (`toWallNow`: wall minus monotonic
+ * now), or the wall-clock reading taken when the token was requested, whichever is
+ * earlier: after a suspension the wall clock's comes first. `refreshAt`: the pending
+ * refresh timer's monotonic instant, if any.
+ */
+export function shownTimes (held: Token | undefined, refreshAt: number | undefined, toWallNow: number): Pick<TokenState, 'expiresAt' | 'refreshesAt'> {
+  if (held === undefined) return { expiresAt: undefined, refreshesAt: undefined }
+  const wallOf = (monotonic: number, wall: number): number => Math.min(Math.round(monotonic + toWallNow), Math.round(wall))
+  return {
+    expiresAt: wallOf(held.expiresAt, held.wallExpiresAt),
+    refreshesAt: refreshAt === undefined ? undefined : wallOf(refreshAt, held.wallRefreshAt)
+  }
+}

@@ -2,6 +2,7 @@ import t from 'tap'
 import { request } from 'undici'
 import { UPSTREAM_CONNECTIONS } from '../../src/app.js'
 import { build, startStandIn } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
 import { metricValue } from '../helpers/metrics.js'
 import { startStalledUpstream } from '../helpers/upstream.js'
 
@@ -14,10 +15,17 @@ t.test('more callers than connections to a stalled upstream: each gets a status 
     AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, UPSTREAM_TIMEOUT_MS: '2000', UPSTREAM_QUEUE_TIMEOUT_MS: '300', IDLE_TIMEOUT_MS: '6000'
   })
   const callers = 200
-  const answers = await Promise.all(Array.from({ length: callers }, async (_, i) => {
+  const ask = async (i: number) => {
     const res = await request(proxyUrl + '/v2/store/orders', { method: 'POST', body: '{}', headers: { 'x-id': String(i), 'content-type': 'application/json' } })
     return { status: res.statusCode, retryAfter: res.headers['retry-after'], body: await res.body.json() as { error: string } }
-  }))
+  }
+  // The queued callers come once every connection holds a request, not merely after it in
+  // time: on a loaded machine a caller that reached the sidecar only after a 504 had freed
+  // a connection would rightly be sent.
+  const onConnections = Array.from({ length: UPSTREAM_CONNECTIONS }, async (_, i) => await ask(i))
+  await eventually(t, `all ${UPSTREAM_CONNECTIONS} connections hold a request`, () => upstream.received.length === UPSTREAM_CONNECTIONS)
+  const queued = Array.from({ length: callers - UPSTREAM_CONNECTIONS }, async (_, i) => await ask(UPSTREAM_CONNECTIONS + i))
+  const answers = await Promise.all([...onConnections, ...queued])
   const byStatus = new Map<number, number>()
   for (const a of answers) byStatus.set(a.status, (byStatus.get(a.status) ?? 0) + 1)
   t.equal(byStatus.get(504), UPSTREAM_CONNECTIONS, 'the ones on a connection time out')
@@ -34,10 +42,10 @@ t.test('more callers than connections to a stalled upstream: each gets a status 
 t.test('UPSTREAM_QUEUE_LIMIT: past it, callers get 503 UPSTREAM_BUSY at once', async (t) => {
   const standIn = await startStandIn(t)
   const upstream = await startStalledUpstream(t)
-  const { proxyUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, UPSTREAM_QUEUE_LIMIT: '10', UPSTREAM_QUEUE_TIMEOUT_MS: '20000' })
+  const { proxyUrl, adminUrl } = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstream.url, UPSTREAM_QUEUE_LIMIT: '10', UPSTREAM_QUEUE_TIMEOUT_MS: '20000' })
   const inFlight = Array.from({ length: UPSTREAM_CONNECTIONS + 10 }, async () => await request(proxyUrl + '/x').then(async (r) => { await r.body.dump(); return r.statusCode }))
-  while (upstream.received.length < UPSTREAM_CONNECTIONS) await new Promise((resolve) => setTimeout(resolve, 20))
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await eventually(t, `all ${UPSTREAM_CONNECTIONS} connections hold a request`, () => upstream.received.length === UPSTREAM_CONNECTIONS)
+  await eventually(t, '10 requests queued', async () => await metricValue(adminUrl, 'store_auth_proxy_upstream_queued_requests') === 10)
   const started = performance.now()
   const over = await request(proxyUrl + '/x')
   t.equal(over.statusCode, 503)

@@ -3,6 +3,7 @@ import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS } from '../../src/token/token-manager.js'
 import { build, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { startFaultyTokenEndpoint, type Fault } from '../helpers/faulty-token-endpoint.js'
 
@@ -26,19 +27,11 @@ async function get (url: string) {
   return { status: res.statusCode, retryAfter: res.headers['retry-after'], body, ms: Date.now() - started }
 }
 
-async function until (check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
-
 for (const fault of ['error500', 'garbage', 'hang'] as const) {
   t.test(`token endpoint ${fault}: fast 503s, few token requests, recovery on the next attempt`, async (t) => {
     const { proxyUrl, adminUrl, endpoint, logs } = await setup(t, fault, { TOKEN_TIMEOUT_MS: '150' })
     // Seven failures in, the backoff has reached its cap here (300 ms; see quickBackoff).
-    await until(() => endpoint.requests() >= 8, 20_000)
+    await eventually(t, '8 token requests', () => endpoint.requests() >= 8, 20_000)
 
     const before = endpoint.requests()
     const started = Date.now()
@@ -59,7 +52,7 @@ for (const fault of ['error500', 'garbage', 'hang'] as const) {
     await notReady.body.dump()
 
     endpoint.setFault('ok')
-    await until(async () => (await get(adminUrl + '/readyz')).status === 200)
+    await eventually(t, 'ready', async () => (await get(adminUrl + '/readyz')).status === 200)
     t.equal((await get(proxyUrl + '/v2/store/products/LM358BIDR')).status, 200)
     t.notMatch(logs.text(), CLIENT_SECRET)
   })
@@ -67,7 +60,7 @@ for (const fault of ['error500', 'garbage', 'hang'] as const) {
 
 t.test('while a valid token is held, an outage is invisible to callers', async (t) => {
   const { proxyUrl, endpoint, app } = await setup(t, 'ok')
-  await until(() => app.tokens.current() !== undefined)
+  await eventually(t, 'a token held', () => app.tokens.current() !== undefined)
   endpoint.setFault('error500')
   const generation = app.tokens.current()?.generation ?? -1
   // Force refresh attempts during the outage.
@@ -79,9 +72,9 @@ t.test('while a valid token is held, an outage is invisible to callers', async (
 
 t.test('429 with Retry-After: the next attempt waits the seconds it says', async (t) => {
   const { endpoint, app } = await setup(t, 'rate_limited')
-  await until(() => endpoint.requests() >= 1)
+  await eventually(t, 'a token request', () => endpoint.requests() >= 1)
   endpoint.setFault('ok')
-  await until(() => app.tokens.current() !== undefined, 6000)
+  await eventually(t, 'a token held', () => app.tokens.current() !== undefined, 6000)
   const [first, second] = endpoint.arrivals
   t.equal(first?.fault, 'rate_limited')
   t.ok((second?.at ?? 0) - (first?.at ?? 0) >= 1950, `retried after ${(second?.at ?? 0) - (first?.at ?? 0)} ms (Retry-After: 2)`)
@@ -89,11 +82,11 @@ t.test('429 with Retry-After: the next attempt waits the seconds it says', async
 
 t.test('401 invalid_client: one quick retry, one ERROR with the code, not ready, slow retries, no crash, ready once fixed', async (t) => {
   const clock = fakeClock(Date.now())
-  const { adminUrl, endpoint, logs } = await setup(t, 'invalid_client', {}, { clock: clock.clock })
-  await until(() => endpoint.requests() === 1)
+  const { adminUrl, endpoint, logs, app } = await setup(t, 'invalid_client', {}, { clock: clock.clock })
+  await eventually(t, 'the first token request', () => endpoint.requests() === 1)
   await clock.tick(5) // the one quick retry (credentials read again, in case of a rotation)
-  await until(() => endpoint.requests() === 2)
-  await until(() => logs.entries().some((e) => e.level === 50))
+  await eventually(t, 'the quick retry', () => endpoint.requests() === 2)
+  await eventually(t, 'an ERROR line', () => logs.entries().some((e) => e.level === 50))
   const ready = await request(adminUrl + '/readyz')
   t.equal(ready.statusCode, 503)
   t.match(await ready.body.json(), { reason: 'client credentials rejected by the token endpoint' })
@@ -101,8 +94,7 @@ t.test('401 invalid_client: one quick retry, one ERROR with the code, not ready,
   await clock.tick(REJECTED_RETRY_MS - 1000)
   t.equal(endpoint.requests(), 2, 'no fast retries')
   await clock.tick(1000)
-  await until(() => endpoint.requests() === 3)
-  await new Promise((resolve) => setTimeout(resolve, 50))
+  await eventually(t, 'the slow retry, answered and handled', () => endpoint.requests() === 3 && app.tokens.state().consecutiveFailures === 3)
   const errors = logs.entries().filter((e) => e.level === 50)
   t.equal(errors.length, 1, 'one ERROR for the incident')
   t.match(errors[0], { oauthError: 'invalid_client', statusCode: 401, msg: /rejected the client credentials/ })
@@ -110,12 +102,12 @@ t.test('401 invalid_client: one quick retry, one ERROR with the code, not ready,
 
   endpoint.setFault('ok')
   await clock.tick(REJECTED_RETRY_MS)
-  await until(async () => (await get(adminUrl + '/readyz')).status === 200)
+  await eventually(t, 'ready', async () => (await get(adminUrl + '/readyz')).status === 200)
 })
 
 t.test('the same token returned twice after a revocation: passed back as 401, no loop', async (t) => {
   const { proxyUrl, endpoint, app, standIn } = await setup(t, 'ok')
-  await until(() => app.tokens.current() !== undefined)
+  await eventually(t, 'a token held', () => app.tokens.current() !== undefined)
   endpoint.setFault('same_token')
   standIn.revokeAll()
   const answer = await get(proxyUrl + '/v2/store/products/LM358BIDR')
@@ -145,7 +137,7 @@ t.test('credentials rejected with CLIENT_SECRET_FILE in use: the ERROR names CLI
     AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_SECRET: '', CLIENT_SECRET_FILE: join(dir, 'secret')
   }, { clock: clock.clock, random: quickBackoff })
   await clock.tick(10) // the one quick retry
-  await until(() => app.tokens.state().credentialsRejected)
+  await eventually(t, 'the credentials rejected', () => app.tokens.state().credentialsRejected)
   const error = logs.entries().find((e) => e.level === 50)
   t.match(error, {
     url: standIn.url + '/v1/oauth/accesstoken',

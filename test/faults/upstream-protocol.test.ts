@@ -1,24 +1,19 @@
 import { request as httpRequest } from 'node:http'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { request } from 'undici'
-import { build, startStandIn } from '../helpers/build.js'
+import { startSidecar } from '../helpers/build.js'
 import { metricValue } from '../helpers/metrics.js'
 import { startRawUpstream } from '../helpers/raw-upstream.js'
 
 // Issue "Forward faithfully", B.5, D.9 and D.10: what the upstream sends that is not a
 // plain, complete answer.
 
-async function sidecarFor (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
-  const standIn = await startStandIn(t)
-  return await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstreamUrl, ...env })
-}
-
 t.test('103 Early Hints every 0.3 s and never a final answer: 504 UPSTREAM_TIMEOUT after UPSTREAM_TIMEOUT_MS', async (t) => {
   const upstream = await startRawUpstream(t, (socket) => {
     const hint = setInterval(() => { socket.write('HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n') }, 300)
     socket.on('close', () => { clearInterval(hint) })
   })
-  const { proxyUrl } = await sidecarFor(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '1000' })
+  const { proxyUrl } = await startSidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '1000' })
   const started = performance.now()
   const res = await request(proxyUrl + '/slow')
   t.equal(res.statusCode, 504)
@@ -31,7 +26,7 @@ t.test('103 Early Hints then a final answer: the final answer is forwarded', asy
     socket.write('HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n')
     setTimeout(() => { socket.end('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok') }, 50)
   })
-  const { proxyUrl } = await sidecarFor(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/hints')
   t.equal(res.statusCode, 200)
   t.equal(await res.body.text(), 'ok')
@@ -52,7 +47,7 @@ const invalid: Record<string, string> = {
 for (const [name, bytes] of Object.entries(invalid)) {
   t.test(`invalid HTTP from the upstream (${name}): 502 UPSTREAM_BAD_RESPONSE, counted`, async (t) => {
     const upstream = await startRawUpstream(t, (socket) => { socket.end(bytes) })
-    const { proxyUrl, adminUrl } = await sidecarFor(t, upstream.url)
+    const { proxyUrl, adminUrl } = await startSidecar(t, upstream.url)
     const res = await request(proxyUrl + '/bad')
     t.equal(res.statusCode, 502)
     t.same(await res.body.json(), { error: 'UPSTREAM_BAD_RESPONSE', message: 'the upstream sent an invalid response' })
@@ -65,7 +60,7 @@ t.test('a reset mid-body of a close-delimited answer: the caller sees an incompl
     socket.write('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n' + 'x'.repeat(5000))
     setTimeout(() => { socket.resetAndDestroy() }, 100)
   })
-  const { proxyUrl, adminUrl } = await sidecarFor(t, upstream.url)
+  const { proxyUrl, adminUrl } = await startSidecar(t, upstream.url)
   const seen = await new Promise<{ status: number, complete: boolean, bytes: number }>((resolve) => {
     const req = httpRequest(proxyUrl + '/stream', (res) => {
       let bytes = 0
@@ -85,7 +80,7 @@ t.test('a close-delimited answer that ends with a clean close is complete', asyn
   const upstream = await startRawUpstream(t, (socket) => {
     socket.end('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n' + 'y'.repeat(5000))
   })
-  const { proxyUrl } = await sidecarFor(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/stream')
   t.equal(res.statusCode, 200)
   t.equal((await res.body.text()).length, 5000)

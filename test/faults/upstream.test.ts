@@ -1,13 +1,8 @@
 import { request as httpRequest } from 'node:http'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { request } from 'undici'
-import { build, startStandIn } from '../helpers/build.js'
+import { startSidecar } from '../helpers/build.js'
 import { startUpstream } from '../helpers/upstream.js'
-
-async function sidecar (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
-  const standIn = await startStandIn(t)
-  return await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstreamUrl, ...env })
-}
 
 /** What a plain HTTP client sees: the status, the bytes, and whether the body ended cleanly. */
 async function fetchRaw (url: string): Promise<{ status: number, bytes: number, complete: boolean }> {
@@ -31,7 +26,7 @@ for (const framing of ['content-length', 'chunked'] as const) {
       res.write(Buffer.alloc(100_000, 1))
       setTimeout(() => { res.socket?.destroy() }, 50)
     })
-    const { proxyUrl } = await sidecar(t, upstream.url)
+    const { proxyUrl } = await startSidecar(t, upstream.url)
     const got = await fetchRaw(proxyUrl + '/big')
     t.equal(got.status, 200)
     t.equal(got.complete, false, 'the caller sees an incomplete body')
@@ -44,7 +39,7 @@ t.test('a body that stalls past UPSTREAM_TIMEOUT_MS: the caller\'s connection is
     res.writeHead(200, { 'content-length': 10 })
     res.write('12345')
   })
-  const { proxyUrl } = await sidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '300' })
+  const { proxyUrl } = await startSidecar(t, upstream.url, { UPSTREAM_TIMEOUT_MS: '300' })
   const got = await fetchRaw(proxyUrl + '/stall')
   t.equal(got.complete, false)
   t.equal(got.bytes, 5)
@@ -52,7 +47,7 @@ t.test('a body that stalls past UPSTREAM_TIMEOUT_MS: the caller\'s connection is
 
 t.test('a reset before the answer: 502, and the request is not retried', async (t) => {
   const upstream = await startUpstream(t, (req) => { req.socket.destroy() })
-  const { proxyUrl, logs } = await sidecar(t, upstream.url)
+  const { proxyUrl, logs } = await startSidecar(t, upstream.url)
   for (const method of ['GET', 'PUT'] as const) {
     const res = await request(proxyUrl + '/reset', { method, ...(method === 'PUT' ? { body: 'x' } : {}) })
     t.equal(res.statusCode, 502, method)
@@ -68,7 +63,7 @@ t.test('keep-alive connections to the upstream are reused', async (t) => {
   const upstream = await startUpstream(t)
   let connections = 0
   upstream.server.on('connection', () => { connections += 1 })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   for (let i = 0; i < 20; i++) {
     const res = await request(proxyUrl + `/k/${i}`)
     await res.body.dump()
@@ -83,7 +78,7 @@ t.test('an interim 103 answer is skipped; the final answer passes through', asyn
     res.writeHead(200, { 'content-type': 'text/plain' })
     res.end('final')
   })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   const res = await request(proxyUrl + '/hints')
   t.equal(res.statusCode, 200)
   t.equal(await res.body.text(), 'final')
@@ -97,7 +92,7 @@ t.test('a caller that goes away mid-answer aborts the upstream request', async (
     res.write(Buffer.alloc(1024))
     req.socket.once('close', closed)
   })
-  const { proxyUrl } = await sidecar(t, upstream.url)
+  const { proxyUrl } = await startSidecar(t, upstream.url)
   await new Promise<void>((resolve) => {
     const req = httpRequest(proxyUrl + '/long', (res) => {
       res.once('data', () => { req.destroy(); resolve() })

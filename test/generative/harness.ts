@@ -5,7 +5,8 @@ import fc from 'fast-check'
 import type { Test } from 'tap'
 import { build, CLIENT_SECRET } from '../helpers/build.js'
 import type { CallerResult } from '../helpers/caller.js'
-import { asObject, createTally, delta, scrapeSettled, type Samples } from '../helpers/metrics-scrape.js'
+import { eventually } from '../helpers/eventually.js'
+import { asObject, createTally, delta, scrape, scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
 import { startRecordingTokenEndpoint } from '../helpers/recording-token-endpoint.js'
 import { startRecordingUpstream } from '../helpers/recording-upstream.js'
 
@@ -23,22 +24,58 @@ export function fileBudget (t: Test, ms = 120_000): void {
   if (RUNS === undefined) t.setTimeout(ms)
 }
 
+/** Counts of labelled runs: how often a property met the rare case it exists for. */
+export function createLabels () {
+  const counts = new Map<string, number>()
+  return {
+    counts,
+    add (label: string): void { counts.set(label, (counts.get(label) ?? 0) + 1) }
+  }
+}
+export type Labels = ReturnType<typeof createLabels>
+
+export interface PropertyRuns {
+  numRuns: number
+  /** Bounds the shrinking of a failure, so a property that fails on today's code still fits the CI budget. */
+  timeLimitMs: number
+  /** Fewer runs than this (the runs were stopped at the safety time limit) fail the property. Default: numRuns. */
+  minRuns?: number
+  /** Each label must have been added at least this often across the runs. */
+  atLeast?: { labels: Labels, counts: Record<string, number> }
+}
+
 /**
  * Runs one property and reports it as one tap assertion: on failure, fast-check's
  * own report (seed, path, the shrunk counterexample and the error) is the message.
- * `timeLimitMs` bounds the run, shrinking included, so a property that fails on
- * today's code still fits the CI budget; the counterexample is then the smallest
- * found in that time.
+ *
+ * The runs themselves are not cut short by `timeLimitMs` (a property stopped at a
+ * time limit would pass having checked less than it says): they get a safety limit of
+ * four times it, and fewer runs than `minRuns` fail. A failure is found without
+ * shrinking, then replayed from its path and shrunk within `timeLimitMs`, so the
+ * counterexample is the smallest found in that time.
  */
 export async function checkProperty<Ts> (
-  t: Test, name: string, property: fc.IAsyncPropertyWithHooks<Ts>, { numRuns, timeLimitMs }: { numRuns: number, timeLimitMs: number }
+  t: Test, name: string, property: fc.IAsyncPropertyWithHooks<Ts>, { numRuns, timeLimitMs, minRuns = numRuns, atLeast }: PropertyRuns
 ): Promise<boolean> {
-  const details = await fc.check(property, {
+  const runs = RUNS ?? numRuns
+  const started = performance.now()
+  let details = await fc.check(property, {
     seed: SEED,
-    numRuns: RUNS ?? numRuns,
+    numRuns: runs,
+    endOnFailure: true,
     ...(process.env.FC_PATH === undefined ? {} : { path: process.env.FC_PATH }),
-    plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(timeLimitMs)] : []
+    plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(4 * timeLimitMs)] : []
   })
+  if (details.failed && details.counterexamplePath !== null) {
+    // Shrunk from where it failed; a failure that does not happen again (a race) is
+    // still reported, as first found.
+    const shrunk = await fc.check(property, {
+      seed: details.seed,
+      path: details.counterexamplePath,
+      plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(timeLimitMs)] : []
+    })
+    if (shrunk.failed) details = shrunk
+  }
   if (details.failed) {
     const error = details.errorInstance
     t.fail(`${name}: property failed (seed ${details.seed}, path "${details.counterexamplePath ?? ''}")`, {
@@ -52,7 +89,23 @@ export async function checkProperty<Ts> (
     })
     return false
   }
-  t.pass(`${name} (${details.numRuns} runs, seed ${SEED}${details.interrupted ? ', stopped at its time limit' : ''})`)
+  const elapsed = Math.round(performance.now() - started)
+  const floor = RUNS === undefined ? minRuns : RUNS
+  if (details.numRuns < floor) {
+    t.fail(`${name}: only ${details.numRuns} of ${runs} runs within ${elapsed} ms (at least ${floor} must run)`, { seed: SEED })
+    return false
+  }
+  if (atLeast !== undefined && runs >= numRuns) {
+    const short = Object.entries(atLeast.counts).filter(([label, n]) => (atLeast.labels.counts.get(label) ?? 0) < n)
+    if (short.length > 0) {
+      t.fail(`${name}: too few runs met the case the property is for`, {
+        seed: SEED, wanted: atLeast.counts, seen: Object.fromEntries(atLeast.labels.counts)
+      })
+      return false
+    }
+  }
+  const labelled = atLeast === undefined ? '' : `, ${[...atLeast.labels.counts].map(([label, n]) => `${label}: ${n}`).join(', ')}`
+  t.pass(`${name} (${details.numRuns} runs, seed ${SEED}${labelled})`)
   return true
 }
 
@@ -78,6 +131,19 @@ export async function setup (t: Test, env: Record<string, string> = {}) {
     },
     /** Call before the first request. */
     async baseline () { before = await scrapeSettled(sidecar.adminUrl) },
+    /**
+     * Waits until the sidecar has counted every request the callers made so far (as
+     * `expect.request` told it) and none is in flight: from then on, nothing more of
+     * those requests goes upstream.
+     */
+    async settled (t: Test): Promise<boolean> {
+      const expected = [...requests.counts.values()].reduce((a, b) => a + b, 0)
+      return await eventually(t, `the sidecar has counted all ${expected} requests made and has none in flight`, async () => {
+        const now = await scrape(sidecar.adminUrl)
+        const counted = [...delta(before ?? new Map(), now, 'store_auth_proxy_requests_total').values()].reduce((a, b) => a + b, 0)
+        return counted >= expected && (now.get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0
+      })
+    },
     /** The counters grew exactly as the callers' experience says. */
     async checkMetrics (t: Test) {
       const after = await scrapeSettled(sidecar.adminUrl)

@@ -6,9 +6,10 @@
 // (issue 10, items 3 and 4).
 import assert from 'node:assert/strict'
 import fc from 'fast-check'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { UPSTREAM_CONNECTIONS } from '../../src/app.js'
 import { call, headerMap, type CallerRequest, type CallerResult } from '../helpers/caller.js'
+import { eventually } from '../helpers/eventually.js'
 import { scrapeSettled, seriesKey } from '../helpers/metrics-scrape.js'
 import { checkProperty, fileBudget, describe, nextId, ownError, setup, statusClass } from './harness.js'
 
@@ -25,14 +26,6 @@ const get = (id: string, abortAfterMs: number | null): CallerRequest => ({
   abort: abortAfterMs === null ? null : { at: 'waiting', afterMs: abortAfterMs }
 })
 
-async function until (condition: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out waiting for the upstream to fill')
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
 fileBudget(t)
 
 t.test('saturation: a bounded, honest queue', async (t) => {
@@ -46,21 +39,25 @@ t.test('saturation: a bounded, honest queue', async (t) => {
   }
 
   /** Fills every upstream connection, then queues one caller per entry: null stays, a number gives up after that many ms. */
-  async function saturate (queued: Array<number | null>): Promise<void> {
+  async function saturate (t: Test, queued: Array<number | null>): Promise<void> {
     try {
       const fillIds = Array.from({ length: UPSTREAM_CONNECTIONS }, () => nextId('fill'))
       for (const id of fillIds) s.upstream.plan(id, { kind: 'hold' })
       const fill = fillIds.map((id) => call(s.proxyUrl, get(id, null), { timeoutMs: 12_000 }))
-      await until(() => fillIds.every((id) => s.upstream.seen(id).length > 0), 10_000)
+      assert.ok(await eventually(t, 'every upstream connection holds a request', () => fillIds.every((id) => s.upstream.seen(id).length > 0)), 'the upstream filled')
       const extraIds = queued.map(() => nextId('queued'))
       for (const id of extraIds) s.upstream.plan(id, { kind: 'hold' })
       const extra = extraIds.map((id, i) => call(s.proxyUrl, get(id, queued[i] ?? null), { timeoutMs: 12_000 }))
       const fillResults = await Promise.all(fill)
       const extraResults = await Promise.all(extra)
       for (const r of [...fillResults, ...extraResults]) tally(r)
-      await scrapeSettled(s.adminUrl)
-      // Connections freed by the 504s would take a queued request now: give it time to arrive.
-      await new Promise((resolve) => setTimeout(resolve, 300))
+      assert.ok(await s.settled(t), 'the sidecar counted every caller')
+      // Connections freed by the 504s would take a queued request now: one more request,
+      // queued after all of them, reaches the upstream only after any of them would have.
+      const probeId = nextId('probe')
+      const probe = await call(s.proxyUrl, get(probeId, null), { timeoutMs: 12_000 })
+      tally(probe)
+      assert.equal(probe.status, 200, `a request after the saturation is served (${describe(probe)})`)
 
       for (const r of fillResults) {
         assert.equal(r.status, 504, `a caller whose request holds a connection gets 504 (${describe(r)})`)
@@ -92,7 +89,7 @@ t.test('saturation: a bounded, honest queue', async (t) => {
   await t.test('queued callers that stay get a status line, and a 503 UPSTREAM_BUSY one is never sent', async (t) => {
     await checkProperty(t, 'saturation, callers stay', fc.asyncProperty(
       fc.integer({ min: 1, max: 12 }),
-      async (n) => { await saturate(Array.from({ length: n }, () => null)) }
+      async (n) => { await saturate(t, Array.from({ length: n }, () => null)) }
     ), { numRuns: 2, timeLimitMs: 15_000 })
   })
 
@@ -101,7 +98,7 @@ t.test('saturation: a bounded, honest queue', async (t) => {
       // Clear of UPSTREAM_QUEUE_TIMEOUT_MS (300): a caller that gives up in the very moment
       // its 503 is written races it, and the sidecar rightly counts a 503 it sent whole.
       fc.array(fc.oneof(fc.integer({ min: 50, max: 180 }), fc.integer({ min: 450, max: 600 })), { minLength: 1, maxLength: 12 }),
-      async (queued) => { await saturate(queued) }
+      async (queued) => { await saturate(t, queued) }
     ), { numRuns: 2, timeLimitMs: 15_000 })
   })
 

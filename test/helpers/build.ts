@@ -49,3 +49,13 @@ export async function build (
   if (start) await app.start()
   return { app, proxyUrl: urlOf(app.proxy), adminUrl: urlOf(app.admin), logs }
 }
+
+/**
+ * The sidecar in front of `upstreamUrl`, with a stand-in token endpoint of its own
+ * (returned too, to revoke tokens or change the secret it accepts).
+ */
+export async function startSidecar (t: Test, upstreamUrl: string, env: Record<string, string> = {}, deps: Partial<AppDependencies> = {}) {
+  const standIn = await startStandIn(t)
+  const built = await build(t, { AUTH_URL: standIn.url, UPSTREAM_URL: upstreamUrl, ...env }, deps)
+  return { ...built, standIn }
+}

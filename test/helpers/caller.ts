@@ -35,6 +35,10 @@ export interface CallerResult {
   aborted: boolean
   /** The whole request was handed to the socket. */
   requestSent: boolean
+  /** The connection to the sidecar was established (before any planned abort happened). */
+  connected: boolean
+  /** The final answer's head arrived while the request was still being sent (an early answer). */
+  answeredMidUpload: boolean
   error: string | undefined
   elapsedMs: number
 }
@@ -49,7 +53,7 @@ export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 
   const started = performance.now()
   return await new Promise((resolve) => {
     const result: CallerResult = {
-      status: undefined, interim: [], rawHeaders: [], body: Buffer.alloc(0), complete: false, aborted: false, requestSent: false, error: undefined, elapsedMs: 0
+      status: undefined, interim: [], rawHeaders: [], body: Buffer.alloc(0), complete: false, aborted: false, requestSent: false, connected: false, answeredMidUpload: false, error: undefined, elapsedMs: 0
     }
     const chunks: Buffer[] = []
     let settled = false
@@ -69,9 +73,20 @@ export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 
     const abortNow = (): void => {
       if (settled) return
       result.aborted = true
+      // Settled once the connection is closed on this side; what the sidecar and the
+      // upstream make of it, the test waits for on their state (never on time).
+      if (req.closed) settle()
+      else req.once('close', settle)
       req.destroy()
-      // Give the destroy a moment to reach the sidecar before the test looks at the upstream.
-      setTimeout(settle, 20)
+    }
+    // Every planned abort is armed only once the connection exists and what it follows
+    // has been handed to the socket: armed earlier, on a loaded machine the abort can
+    // run before the connection is made and the sidecar sees no request at all.
+    let connected = false
+    const onConnect: Array<() => void> = []
+    const whenConnected = (fn: () => void): void => {
+      if (connected) fn()
+      else onConnect.push(fn)
     }
 
     const req: ClientRequest = httpRequest({ host: hostname, port: Number(port), method: spec.method, path: spec.target, agent: false, setHost: false })
@@ -83,12 +98,22 @@ export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 
 
     req.on('information', (info) => { result.interim.push(info.statusCode) })
     req.on('finish', () => { result.requestSent = true })
+    req.once('socket', (socket) => {
+      const done = (): void => {
+        connected = true
+        if (!result.aborted) result.connected = true
+        for (const fn of onConnect.splice(0)) fn()
+      }
+      if (!socket.connecting) done()
+      else socket.once('connect', done)
+    })
     req.on('error', (err) => {
       result.error = result.error ?? (err as NodeJS.ErrnoException).code ?? err.message
       if (result.status === undefined && !result.aborted) settle()
     })
     req.on('response', (res) => {
       result.status = res.statusCode
+      result.answeredMidUpload = !result.requestSent
       result.rawHeaders = res.rawHeaders
       if (spec.abort?.at === 'midAnswer') {
         res.pause()
@@ -114,23 +139,30 @@ export async function call (baseUrl: string, spec: CallerRequest, { timeoutMs = 
       for (const piece of pieces) {
         if (spec.abort?.at === 'midBody' && written + piece.length > spec.abort.afterBytes) {
           const part = piece.subarray(0, spec.abort.afterBytes - written)
-          if (part.length > 0) req.write(part)
-          // Let the bytes written so far leave before the caller goes.
-          setTimeout(abortNow, 30)
+          abortAfterWritten(part)
           return
         }
         req.write(piece)
         written += piece.length
       }
       if (spec.abort?.at === 'midBody') {
-        setTimeout(abortNow, 30)
+        abortAfterWritten(Buffer.alloc(0))
         return
       }
       req.end()
       if (spec.abort?.at === 'waiting') {
         const { afterMs } = spec.abort
-        setTimeout(() => { if (result.status === undefined) abortNow() }, afterMs)
+        // From the moment the whole request is with the operating system, not from the call.
+        req.once('finish', () => { setTimeout(() => { if (result.status === undefined) abortNow() }, afterMs) })
       }
+    }
+    // Gives up mid-upload once the bytes written so far have left (the write's callback,
+    // or the connection, when nothing more is written), then a moment for the sidecar to
+    // start forwarding them, so the abort lands mid-upload rather than before it.
+    const abortAfterWritten = (part: Buffer): void => {
+      const arm = (): void => { setTimeout(abortNow, 30) }
+      if (part.length > 0) req.write(part, arm)
+      else whenConnected(arm)
     }
     if (spec.expectContinue) {
       req.flushHeaders()

@@ -44,13 +44,16 @@ export async function scrape (adminUrl: string): Promise<Samples> {
 
 /**
  * Scrapes once no proxied request is in flight any more (metrics are counted when
- * the caller's connection closes, a moment after the caller saw its answer).
+ * the caller's connection closes, a moment after the caller saw its answer). Throws,
+ * saying what it waited for, if that does not happen within `timeoutMs`.
  */
 export async function scrapeSettled (adminUrl: string, inFlight = 'store_auth_proxy_requests_in_flight', timeoutMs = 10_000): Promise<Samples> {
-  const deadline = Date.now() + timeoutMs
+  const deadline = performance.now() + timeoutMs
   for (;;) {
     const samples = await scrape(adminUrl)
-    if ((samples.get(seriesKey(inFlight, {})) ?? 0) === 0 || Date.now() > deadline) return samples
+    const n = samples.get(seriesKey(inFlight, {})) ?? 0
+    if (n === 0) return samples
+    if (performance.now() > deadline) throw new Error(`${inFlight} still ${n} after ${timeoutMs} ms`)
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
 }

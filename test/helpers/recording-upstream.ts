@@ -17,6 +17,8 @@ export interface Recorded {
   body: () => Buffer
   /** Whether the whole body arrived (its framing ended cleanly). */
   complete: boolean
+  /** The request is over for the upstream (read whole, or cut off): `body` and `complete` are final. */
+  closed: boolean
 }
 
 export type Framing = 'length' | 'chunked' | 'close' | 'none'
@@ -102,12 +104,13 @@ export async function startRecordingUpstream (t: Test) {
     const id = String(req.headers[ID_HEADER] ?? '')
     const chunks: Buffer[] = []
     const entry: Recorded = {
-      id, method: req.method ?? '', url: req.url ?? '', rawHeaders: [...req.rawHeaders], body: () => Buffer.concat(chunks), complete: false
+      id, method: req.method ?? '', url: req.url ?? '', rawHeaders: [...req.rawHeaders], body: () => Buffer.concat(chunks), complete: false, closed: false
     }
     received.push(entry)
     const attempts = received.filter((r) => r.id === id).length
     req.on('data', (c: Buffer) => { chunks.push(c) })
     req.on('end', () => { entry.complete = true })
+    req.on('close', () => { entry.closed = true })
     const socket = req.socket
     const behaviour = plans.get(id) ?? { kind: 'answer', answer: defaultAnswer }
     const isHead = req.method === 'HEAD'
@@ -207,6 +210,8 @@ export async function startRecordingUpstream (t: Test) {
     plan: (id: string, behaviour: Behaviour) => { plans.set(id, behaviour) },
     /** The requests that reached the upstream with this id. */
     seen: (id: string) => received.filter((r) => r.id === id),
+    /** Every request with this id that reached the upstream is over (read whole or cut off). */
+    over: (id: string) => received.every((r) => r.id !== id || r.closed),
     /** How many held requests are waiting. */
     holding: () => held.filter((s) => !s.destroyed).length,
     /** Destroys every held connection (the held requests never get an answer). */

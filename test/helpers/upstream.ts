@@ -24,7 +24,10 @@ const echo: Handler = (_req, res, received) => {
  */
 export async function startUpstream (t: Test, handler: Handler = echo, { streaming = false } = {}) {
   const received: Received[] = []
+  let open = 0
   const server: Server = createServer((req, res) => {
+    open += 1
+    req.once('close', () => { open -= 1 })
     const entry: Received = {
       method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.alloc(0)
     }
@@ -46,7 +49,14 @@ export async function startUpstream (t: Test, handler: Handler = echo, { streami
     server.close(() => { resolve() })
   }))
   const { port } = server.address() as AddressInfo
-  return { url: `http://127.0.0.1:${port}`, port, received, server }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    received,
+    server,
+    /** Requests received and not yet over (read whole, or cut off). */
+    open: () => open
+  }
 }
 
 /**

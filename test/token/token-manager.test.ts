@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { TokenRequestError, type FetchedToken } from '../../src/token/token-client.js'
-import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, type TokenManagerOptions } from '../../src/token/token-manager.js'
+import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, shownTimes, type Token, type TokenManagerOptions } from '../../src/token/token-manager.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 
@@ -486,4 +486,193 @@ t.test('state(): wall-clock display times, generation, the answer\'s non-secret 
     lastFailureAt: clock.clock.wallNow()
   })
   t.ok((tokens.state().nextAttemptAt ?? 0) > clock.clock.wallNow())
+})
+
+// What the manager promises at its edges: each test states one rule of the contract.
+
+t.test('a token past its monotonic usable life is not sent, even with the wall clock stepped back', async (t) => {
+  const { tokens, clock, logs } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  clock.stepWall(-2 * HOUR)
+  await clock.tick(HOUR)
+  t.equal(tokens.current(), undefined, 'the monotonic clock says it lapsed; the wall clock alone would keep it')
+  t.equal(tokens.state().hasValidToken, false)
+  t.match(logs.entries().find((e) => e.level === 40), { generation: 1, judgedBy: 'monotonic clock' }, 'the WARN says which clock')
+})
+
+t.test('a token lapsed by the wall clock alone (a suspension) says so; the acquired line gives the times', async (t) => {
+  const { tokens, clock, logs } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  t.match(logs.entries().find((e) => e.msg === 'access token acquired'), { generation: 1, expiresInS: 3600, refreshInS: 3300 })
+  clock.suspend(2 * HOUR)
+  t.equal(tokens.current(), undefined)
+  t.match(logs.entries().find((e) => e.level === 40), { generation: 1, judgedBy: 'wall clock' })
+})
+
+t.test('everHadToken: false until a token arrives, then true even once it lapses', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: 60_000 }, 'hang'])
+  t.equal(tokens.state().everHadToken, false)
+  await tokens.start()
+  t.equal(tokens.state().everHadToken, true)
+  await clock.tick(60_000)
+  t.same([tokens.state().hasValidToken, tokens.state().everHadToken], [false, true])
+})
+
+t.test('refreshing: true exactly while a token request is in flight', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 100 }])
+  t.equal(tokens.state().refreshing, false)
+  const started = tokens.start()
+  t.equal(tokens.state().refreshing, true)
+  await clock.tick(100)
+  await started
+  t.equal(tokens.state().refreshing, false)
+})
+
+t.test('every wait for a request in flight is bounded afresh: a second wait gets the second token', async (t) => {
+  const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: 60_000, latencyMs: 100 }, { lifetimeMs: HOUR, latencyMs: 100 }])
+  const first = tokens.get()
+  await clock.tick(100)
+  t.equal((await first).authorization, 'Bearer token-1')
+  // The first token lapses with its refresh not yet due; the next caller waits for a new one.
+  clock.stepWall(2 * HOUR)
+  const second = tokens.get()
+  await clock.tick(100)
+  t.equal((await second).authorization, 'Bearer token-2', 'waited for the request in flight, not a 503')
+  t.equal(endpoint.calls(), 2)
+})
+
+t.test('the 503 with no token says when the next attempt is due (Retry-After in whole seconds, at least 1)', async (t) => {
+  const limited = new TokenRequestError('rate_limited', 'token endpoint rate-limited the request (429)', { statusCode: 429, retryAfterMs: 30_000 })
+  const { tokens, clock } = manager(t, [{ error: limited }])
+  await tokens.start()
+  const err = await tokens.get().catch((e: unknown) => e) as { retryAfterSeconds: number }
+  t.equal(err.retryAfterSeconds, 30)
+  await clock.tick(29_500)
+  const later = await tokens.get().catch((e: unknown) => e) as { retryAfterSeconds: number }
+  t.equal(later.retryAfterSeconds, 1, 'rounded up, never 0')
+})
+
+t.test('an answer that arrives after its usable life is a failure, retried after a backoff, not at once', async (t) => {
+  const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: 2000, latencyMs: 2500 }], { random: () => 0.5 })
+  void tokens.start()
+  await clock.tick(2500)
+  t.equal(tokens.current(), undefined)
+  t.equal(tokens.state().lastFailure, 'invalid_response')
+  await clock.tick(200)
+  t.equal(endpoint.calls(), 1, 'no request loop against a slow endpoint')
+  t.equal(tokens.state().consecutiveFailures, 1)
+})
+
+t.test('a 401 concerns a token only if it is still the current one: another generation starts no refresh', async (t) => {
+  const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  t.equal(tokens.invalidate(held.generation + 1), false, 'a generation never issued')
+  t.equal(tokens.state().refreshing, false)
+  t.equal(endpoint.calls(), 1)
+})
+
+t.test('the token-expiry gauge is 0 once the token has lapsed', async (t) => {
+  const metrics = createMetrics({ defaultMetrics: false })
+  const { tokens, clock } = manager(t, [{ lifetimeMs: 60_000 }, 'hang'], { metrics })
+  await tokens.start()
+  const value = async (): Promise<number | undefined> => (await metrics.tokenExpiry.get()).values[0]?.value
+  t.equal(await value(), (clock.clock.wallNow() + 60_000) / 1000)
+  await clock.tick(60_000)
+  t.equal(tokens.current(), undefined)
+  t.equal(await value(), 0)
+})
+
+t.test('stopped: nothing starts another token request, whatever is in flight or due', async (t) => {
+  const answers: Array<[string, Answer]> = [['an answer', { lifetimeMs: 60_000, latencyMs: 100 }], ['a failure', { error: serverError(), latencyMs: 100 }]]
+  for (const [what, answer] of answers) {
+    await t.test(`${what} that arrives after stop schedules no other request`, async (t) => {
+      const { tokens, clock, endpoint } = manager(t, [answer])
+      const started = tokens.start()
+      tokens.stop()
+      await clock.tick(100)
+      await started
+      t.equal(tokens.state().nextAttemptAt, undefined)
+      await clock.tick(HOUR)
+      t.equal(endpoint.calls(), 1)
+    })
+  }
+  await t.test('start and get after stop send nothing; get answers 503', async (t) => {
+    const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+    tokens.stop()
+    await tokens.start()
+    const err = await tokens.get().catch((e: unknown) => e) as { code: string }
+    t.equal(err.code, 'TOKEN_UNAVAILABLE')
+    t.equal(endpoint.calls(), 0)
+  })
+  await t.test('a token that lapses or falls due by the wall clock after stop is not replaced', async (t) => {
+    const { tokens, clock, endpoint } = manager(t, [{ lifetimeMs: HOUR }])
+    await tokens.start()
+    tokens.stop()
+    clock.stepWall(HOUR - 200_000)
+    t.ok(tokens.current(), 'in its refresh window by the wall clock, still served')
+    await clock.tick(HOUR)
+    t.equal(tokens.current(), undefined, 'lapsed')
+    t.equal(endpoint.calls(), 1)
+  })
+  await t.test('a 401 after stop starts no refresh, and renewed() does not wait', async (t) => {
+    const { tokens, endpoint } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+    await tokens.start()
+    const held = tokens.current()
+    if (held === undefined) throw new Error('no token')
+    tokens.stop()
+    t.equal(tokens.invalidate(held.generation), false)
+    t.equal(endpoint.calls(), 1)
+  })
+  await t.test('renewed() after stop answers at once, even with a request in flight', async (t) => {
+    const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, { lifetimeMs: HOUR, latencyMs: 5000 }], { waitMs: 10_000 })
+    await tokens.start()
+    const held = tokens.current()
+    if (held === undefined) throw new Error('no token')
+    tokens.invalidate(held.generation)
+    tokens.stop()
+    let answered = false
+    const renewal = tokens.renewed(held.generation).then((token) => { answered = true; return token })
+    await clock.tick(0)
+    t.equal(answered, true, 'not after the request or waitMs')
+    t.equal(await renewal, undefined)
+  })
+})
+
+t.test('shownTimes: monotonic instants carried to the wall clock, or the wall reading if earlier; none without a token', async (t) => {
+  const held = { expiresAt: 10_000, wallExpiresAt: 1_000_010_000, wallRefreshAt: 1_000_008_000 } as unknown as Token
+  // Wall minus monotonic is 1e9: both readings agree.
+  t.same(shownTimes(held, 8_000, 1_000_000_000), { expiresAt: 1_000_010_000, refreshesAt: 1_000_008_000 })
+  // The wall clock ran on alone (a suspension): the wall-clock readings come first.
+  t.same(shownTimes(held, 8_000, 1_000_500_000), { expiresAt: 1_000_010_000, refreshesAt: 1_000_008_000 })
+  // The wall clock was stepped back: the monotonic instants, carried over, come first.
+  t.same(shownTimes(held, 8_000.4, 999_000_000), { expiresAt: 999_010_000, refreshesAt: 999_008_000 })
+  t.same(shownTimes(held, undefined, 1_000_000_000), { expiresAt: 1_000_010_000, refreshesAt: undefined }, 'no refresh pending')
+  t.same(shownTimes(undefined, 8_000, 1_000_000_000), { expiresAt: undefined, refreshesAt: undefined })
+})
+
+t.test('every token request is counted by outcome, with its duration', async (t) => {
+  const metrics = createMetrics({ defaultMetrics: false })
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 250 }, { error: serverError(), latencyMs: 500 }], { metrics })
+  const first = tokens.start()
+  await clock.tick(250)
+  await first
+  await clock.tick(HOUR - 300_000 - 250)
+  await clock.tick(500)
+  const counts = Object.fromEntries((await metrics.tokenRequests.get()).values.map((v) => [v.labels.outcome, v.value]))
+  t.same(counts, { success: 1, server_error: 1 })
+  const sum = (await metrics.tokenRequestDuration.get()).values.find((v) => v.metricName?.endsWith('_sum'))?.value
+  t.equal(sum, 0.75, 'seconds from send to answer, on the monotonic clock')
+})
+
+t.test('usable until, not at: the token is not served at the instant its usable life ends', async (t) => {
+  const { tokens, clock } = manager(t, [{ lifetimeMs: HOUR }, 'hang'])
+  await tokens.start()
+  const held = tokens.current()
+  if (held === undefined) throw new Error('no token')
+  await clock.tick(held.usableUntil - clock.clock.now() - 1)
+  t.ok(tokens.current(), 'served 1 ms before')
+  await clock.tick(1)
+  t.equal(tokens.current(), undefined, 'not at usableUntil')
 })
