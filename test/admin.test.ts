@@ -112,7 +112,7 @@ t.test('an unknown method does not create a new label value', async (t) => {
   t.notMatch(text, 'PROPFIND')
 })
 
-// Issue 12: GET /status on the admin port.
+// GET /status on the admin port.
 
 t.test('/status: version, uptime, token state with the answer\'s non-secret fields, readiness, configuration with credential origins', async (t) => {
   const dir = t.testdir({ secret: `${CLIENT_SECRET}\n` })

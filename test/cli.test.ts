@@ -1,5 +1,5 @@
 // The command line an operator meets: help, version, the start-up line, the build_info
-// metric, and listener failures as one clear line (issue 12 items 1-3, issue 10 item 15).
+// metric, and listener failures as one clear line.
 import { readFileSync } from 'node:fs'
 import { createServer, type AddressInfo, type Server } from 'node:net'
 import t, { type Test } from 'tap'
@@ -41,7 +41,7 @@ async function startedWithoutToken (t: Test) {
   return { running, adminUrl: admin[1] ?? '' }
 }
 
-// Issue 12 item 1: every command answers --help, -h and `help` with its usage, exit 0.
+// Every command answers --help, -h and `help` with its usage, exit 0.
 const COMMANDS = ['serve', 'check-config', 'healthcheck', 'demo', 'stand-in', 'caller', 'help', 'version']
 
 t.test('--help, -h and help print the usage (every command, the configuration table) and exit 0', async (t) => {
@@ -117,7 +117,7 @@ t.test('the start-up log line and /metrics carry the version and revision', asyn
   t.match(JSON.parse(line), { version: PACKAGE_VERSION, revision, node: process.version, proxy: /^127\.0\.0\.1:\d+$/ })
   const text = await (await request(adminUrl + '/metrics')).body.text()
   t.match(text, `\nstore_auth_proxy_build_info{version="${version}",revision="${revision}",node="${node}"} 1\n`)
-  // Issue 11: the runtime metrics keep prom-client's standard names, without the prefix.
+  // The runtime metrics keep prom-client's standard names, without the prefix.
   t.match(text, /^process_cpu_user_seconds_total /m)
   t.match(text, /^nodejs_heap_size_used_bytes /m)
   t.notMatch(text, /^store_auth_proxy_(process|nodejs)_/m, 'no prefixed runtime metric')
@@ -126,7 +126,7 @@ t.test('the start-up log line and /metrics carry the version and revision', asyn
   await running.exited
 })
 
-// Issue 10 item 15: a port that is taken is one clear line and exit 1, not a stack trace.
+// A port that is taken is one clear line and exit 1, not a stack trace.
 t.test('PORT taken: one line naming PORT, HOST and the address, exit 1, no stack', async (t) => {
   const port = await holdPort(t)
   const run = runMain(t, [], {

@@ -156,7 +156,7 @@ t.test('a credential file with a bad character names the _FILE variable and the 
   t.same(empty, ['CLIENT_SECRET_FILE: in /empty, the value is empty'])
 })
 
-// Issue 10 item 14: a duration above 2^31-1 ms fires after 1 ms in Node's timers.
+// A duration above 2^31-1 ms fires after 1 ms in Node's timers.
 const DURATIONS = ['TOKEN_TIMEOUT_MS', 'UPSTREAM_TIMEOUT_MS', 'TOKEN_REFRESH_MARGIN_MS', 'TOKEN_WAIT_MS', 'SHUTDOWN_GRACE_MS',
   'SHUTDOWN_DELAY_MS', 'HEADERS_TIMEOUT_MS', 'REQUEST_TIMEOUT_MS', 'KEEP_ALIVE_TIMEOUT_MS', 'IDLE_TIMEOUT_MS', 'UPSTREAM_QUEUE_TIMEOUT_MS',
   'RATE_LIMIT_MAX_WAIT_MS', 'RATE_LIMIT_COOLDOWN_MS', 'RATE_LIMIT_COOLDOWN_MAX_MS', 'RATE_LIMIT_REDIS_TIMEOUT_MS']

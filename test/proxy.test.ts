@@ -76,7 +76,7 @@ t.test('status codes and end-to-end headers pass through untouched; hop-by-hop d
     res.end(status === 204 || status === 304 ? undefined : `status ${status}`)
   })
   const { proxyUrl } = await startSidecar(t, upstream.url)
-  // 429 last: it starts a cool-down (issue 14), and the requests after it would be answered locally.
+  // 429 last: it starts a cool-down, and the requests after it would be answered locally.
   for (const status of [200, 201, 204, 302, 400, 404, 409, 418, 500, 502, 503, 429]) {
     const res = await request(`${proxyUrl}/${status}`)
     const body = await res.body.text()

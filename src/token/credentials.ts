@@ -1,4 +1,4 @@
-import { credentialProblem, trimCredential, type CredentialSource } from '../config.js'
+import { credentialProblem, trimCredential, type CredentialSource } from '../config/credentials.js'
 import { readSecretFile } from '../secret-file.js'
 import type { Credentials } from './token-client.js'
 
@@ -44,4 +44,10 @@ export function createCredentialReader (
     const [id, secret] = await Promise.all([read('CLIENT_ID', clientId), read('CLIENT_SECRET', clientSecret)])
     return { clientId: id, clientSecret: secret }
   }
+}
+
+/** The credential settings actually in use, for the operator: `CLIENT_ID and CLIENT_SECRET_FILE (/run/secrets/...)`. */
+export function credentialsInUse ({ clientId, clientSecret }: { clientId: CredentialOrigin, clientSecret: CredentialOrigin }): string {
+  const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
+  return `${named(clientId)} and ${named(clientSecret)}`
 }

@@ -2,8 +2,9 @@ import type { Logger } from 'pino'
 import { systemClock, type Clock } from '../clock.js'
 import { TokenUnavailableError } from '../errors.js'
 import type { Metrics } from '../metrics.js'
-import type { CredentialOrigin } from './credentials.js'
+import { credentialsInUse, type CredentialOrigin } from './credentials.js'
 import { backoffDelay, tokenTimes } from './schedule.js'
+import { createSharedWait } from './shared-wait.js'
 import { TokenRequestError, type FetchedToken, type TokenInfo } from './token-client.js'
 
 /** After the endpoint says the credentials are wrong, retry this slowly: the secret may be rotated. */
@@ -83,12 +84,6 @@ export interface TokenState {
 
 const DEFAULT_CREDENTIALS: NonNullable<TokenManagerOptions['credentials']> = {
   clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET' }
-}
-
-/** The credential settings actually in use, for the operator: `CLIENT_ID and CLIENT_SECRET_FILE (/run/secrets/...)`. */
-export function credentialsInUse ({ clientId, clientSecret }: NonNullable<TokenManagerOptions['credentials']>): string {
-  const named = (origin: CredentialOrigin): string => origin.file === undefined ? origin.variable : `${origin.variable} (${origin.file})`
-  return `${named(clientId)} and ${named(clientSecret)}`
 }
 
 /**
@@ -385,27 +380,6 @@ export function createTokenManager (options: TokenManagerOptions) {
 }
 
 export type TokenManager = ReturnType<typeof createTokenManager>
-
-/**
- * Waits for a request in flight, but never longer than waitMs. One wait is shared by
- * every caller that comes while it runs; once it ends, the next caller starts a new one.
- */
-export function createSharedWait (clock: Clock, waitMs: number): (running: Promise<void>) => Promise<void> {
-  let shared: Promise<void> | undefined
-  return (running) => {
-    if (shared === undefined) {
-      let cancel = (): void => {}
-      shared = new Promise<void>((resolve) => {
-        cancel = clock.setTimer(resolve, waitMs)
-        void running.then(resolve)
-      }).finally(() => {
-        cancel()
-        shared = undefined
-      })
-    }
-    return shared
-  }
-}
 
 /**
  * A held token's expiry and due refresh as wall-clock unix ms, for display. Pure. Each

@@ -1,4 +1,4 @@
-// The chart's quota guard values (issue 14): rateLimits.rules rendered into a ConfigMap
+// The chart's quota guard values: rateLimits.rules rendered into a ConfigMap
 // file mounted read-only and named by RATE_LIMITS_FILE, with a checksum that rolls the
 // pods; the Redis URL from an existing Secret mounted as a file (RATE_LIMIT_REDIS_URL_FILE);
 // the timing values as env; nothing at all while rateLimits is left empty. Each on a real

@@ -1,4 +1,4 @@
-// The chart's documented switches and the fixes of issue 11 section 2, each on a real
+// The chart's documented switches and the fixes of an earlier review, each on a real
 // render validated against Kubernetes' schemas (test/deploy/chart-helm.ts), at 1.31.
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'

@@ -53,7 +53,7 @@ t.test('compose: the three services, all from the image this checkout builds', a
   }
   t.same(services['stand-in']?.command, ['stand-in'])
   for (const [name, s] of Object.entries(services)) {
-    // Issue 12 item 7: `up` must rebuild (from cached layers), or edited code runs stale.
+    // `up` must rebuild (from cached layers), or edited code runs stale.
     t.equal(s.pull_policy, 'build', `${name}: pull_policy build, so every \`up\` rebuilds from the checkout`)
   }
   t.same(services.caller?.command, ['caller'])

@@ -7,7 +7,7 @@ import { startFaultyTokenEndpoint } from '../helpers/faulty-token-endpoint.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 /**
- * Issue 10 item 7 changed the contract: invalidate() keeps the held token and a
+ * The contract changed: invalidate() keeps the held token and a
  * replay takes its token from renewed(). proxy.ts (the lead's) still replays with
  * get(), which now returns the held token; these tests pass once it calls renewed().
  */

@@ -1,4 +1,4 @@
-// Issue 14, Tests: the catalog rule `GET /v2/store/products/catalog 1/4h 6/1d` across three
+// The catalog rule `GET /v2/store/products/catalog 1/4h 6/1d` across three
 // sidecars on one Redis: the first call goes upstream, every other one is answered locally
 // with an exact Retry-After (the seconds to the 4-hour window's end), whichever sidecar it
 // goes through and however its path is spelled; requests outside the rule are untouched.

@@ -1,4 +1,4 @@
-// Issue 14, Tests: a 429 with `Retry-After: 5` answered to one call through sidecar A
+// A 429 with `Retry-After: 5` answered to one call through sidecar A
 // cools down all three sidecars on the credential: calls through B and C (and A) get a
 // local 429 with a Retry-After counting down from 5, and the upstream sees nothing, until
 // the five seconds are over; then calls go through again.

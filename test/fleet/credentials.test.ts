@@ -1,4 +1,4 @@
-// Issue 14, contract: Redis keys carry sha256(AUTH_URL + '\n' + CLIENT_ID), so sidecars on
+// Redis keys carry sha256(AUTH_URL + '\n' + CLIENT_ID), so sidecars on
 // one credential share budgets and cool-downs and sidecars on different credentials never
 // do, even on one Redis: another CLIENT_ID, or the same CLIENT_ID at another token endpoint.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// Issue 14, Tests: a Redis URL carrying a password (given directly, or in a file through
+// A Redis URL carrying a password (given directly, or in a file through
 // RATE_LIMIT_REDIS_URL_FILE) never appears in any log line, /status, /readyz or /metrics,
 // whether Redis is up, down, or refusing a wrong password; wherever the URL is shown it
 // is scheme://host:port.

@@ -1,4 +1,4 @@
-// Issue 14, Tests: three sidecar processes sharing one Redis and one credential never
+// Three sidecar processes sharing one Redis and one credential never
 // exceed one budget together under concurrent load; every caller gets an honest answer;
 // the three sidecars' metrics add up to what the callers saw.
 import { setTimeout as sleep } from 'node:timers/promises'

@@ -1,4 +1,4 @@
-// Issue 14, section 2 across the fleet: with RATE_LIMIT_MAX_WAIT_MS longer than the window,
+// Across the fleet: with RATE_LIMIT_MAX_WAIT_MS longer than the window,
 // a burst of twice the budget through three sidecars on one Redis is smoothed, not
 // refused: the second half waits for the next window and is sent then. A caller that
 // leaves while waiting is never sent and spends nothing: the next window is whole.

@@ -2,7 +2,7 @@
 // mid-answer. Nothing may be sent upstream whole for a caller gone before its
 // request was, nothing twice; the metrics count the request as aborted with the
 // status line actually sent (or none); no ERROR line, no stack, for ordinary client
-// behaviour (issue 10, items 3, 8 and 11).
+// behaviour.
 import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t, { type Test } from 'tap'

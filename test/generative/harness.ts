@@ -112,7 +112,7 @@ export async function checkProperty<Ts> (
 export async function setup (t: Test, env: Record<string, string> = {}) {
   const tokenEndpoint = await startRecordingTokenEndpoint(t)
   const upstream = await startRecordingUpstream(t)
-  // The generated answers include 429s and 500s: cool-downs (on by default, issue 14) would turn
+  // The generated answers include 429s and 500s: cool-downs (on by default) would turn
   // the requests after one into local 429s. Quota cases turn them back on through `env`.
   const sidecar = await build(t, { AUTH_URL: tokenEndpoint.url, UPSTREAM_URL: upstream.url, ACCESS_LOG: 'true', RATE_LIMIT_COOLDOWN_MS: '0', ...env })
   const requests = createTally()

@@ -1,7 +1,7 @@
 // Hostile request lines and heads, sent as raw bytes: malformed percent-encoding,
 // CONNECT and other unforwarded methods, a duplicate Host. Each gets the sidecar's
 // documented answer in its JSON shape (never echoing the target), nothing reaches
-// the upstream, and the metrics and access log see it (issue 10, item 12).
+// the upstream, and the metrics and access log see it.
 import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t from 'tap'

@@ -1,5 +1,5 @@
 // Misbehaving upstreams: for each kind of misbehaviour, generated requests and
-// generated details of the misbehaviour, and what the caller must get (issue 10):
+// generated details of the misbehaviour, and what the caller must get:
 // the upstream's own early answer; a truncated answer never passed off as complete;
 // 502/504 with the documented codes; interim answers that neither defeat
 // UPSTREAM_TIMEOUT_MS nor break the final answer; a 401 replayed at most once, with
@@ -215,7 +215,7 @@ t.test('misbehaving upstreams', async (t) => {
             assert.equal(result.status, 401, `no replay: the upstream's own 401 (${describe(result)}: ${result.body.toString('utf8').slice(0, 120)})`)
             if (c.method !== 'HEAD') assert.ok(result.body.equals(APIGEE_401.body), "with the upstream's body")
           }
-          // The token held before the 401 is still valid for other requests (issue 10, item 7).
+          // The token held before the 401 is still valid for other requests.
           const after = await call(own.proxyUrl, toCallerRequest({ ...c, method: 'GET', body: { bytes: [] }, framing: 'none', expectContinue: false }, nextId('m-after')))
           assert.equal(after.status, 200, `the next request still has a token (${describe(after)}: ${after.body.toString('utf8').slice(0, 120)})`)
           own.checkLogs(t)

@@ -1,4 +1,4 @@
-// Quota cases from a misbehaving gateway (issue 14): 429s with and without Retry-After
+// Quota cases from a misbehaving gateway: 429s with and without Retry-After
 // (delta-seconds, HTTP-date, unusable values, over the cap), Apigee's 500 with a
 // policies.ratelimit.* errorcode, and plain 500s that are not rate-limit answers, to
 // generated requests. The invariants: the gateway's answer reaches its caller unchanged;

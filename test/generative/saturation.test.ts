@@ -2,8 +2,7 @@
 // queued behind them, some of which give up. Every caller that stays gets a status
 // line (504 for those on a connection, 503 UPSTREAM_BUSY with Retry-After for those
 // that waited too long, or 504 if they got a connection in time); a caller answered
-// 503 or gone while queued is never sent upstream, even once connections free up
-// (issue 10, items 3 and 4).
+// 503 or gone while queued is never sent upstream, even once connections free up.
 import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import t, { type Test } from 'tap'

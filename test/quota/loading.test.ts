@@ -1,4 +1,4 @@
-// Issue 13's targets: with no rules and no Redis, ioredis is not loaded at all; it is with a Redis URL.
+// With no rules and no Redis, ioredis is not loaded at all; it is with a Redis URL.
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { readSecretFile, readSecretFileSync, SECRET_FILE_MAX_BYTES } from '../../src/secret-file.js'
 
-// Issue 10 item 13: a secret file that is not a small regular file fails fast, with
+// A secret file that is not a small regular file fails fast, with
 // a reason naming the path and the problem, never the content; nothing hangs.
 
 const SECRET = 'c2VjcmV0LXZhbHVl'

@@ -296,7 +296,7 @@ t.test('stop cancels the refresh timer', async (t) => {
   t.equal(endpoint.calls(), 1)
 })
 
-// Issue 10 item 6: lifetimes on a monotonic clock. The fake clock moves its
+// Lifetimes on a monotonic clock. The fake clock moves its
 // monotonic and wall readings independently (test/helpers/fake-clock.ts).
 
 t.test('monotonic lifetimes: a forward wall-clock step past expiry fetches a new token at once, no 503', async (t) => {
@@ -390,7 +390,7 @@ t.test('no usable token, nothing in flight, only the refresh timer pending: get(
   t.equal(endpoint.calls(), 2)
 })
 
-// Issue 10 item 7: one upstream 401 must not throw away a valid token.
+// One upstream 401 must not throw away a valid token.
 
 t.test('401 with the token endpoint down: the held token is kept and served; renewed() gives undefined', async (t) => {
   const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR }, { error: serverError(), latencyMs: 10 }], { random: () => 1 })
@@ -444,7 +444,7 @@ t.test('renewed(): undefined when nothing is in flight, or after waitMs; it neve
   t.equal(await tokens.renewed(held.generation), undefined, 'stopped: undefined, not a rejection')
 })
 
-// Issue 12 items 4 and 5: the URL asked and the variables in use are named.
+// The URL asked and the variables in use are named.
 
 t.test('token-request failures name the token URL; the rejection ERROR names the variables in use', async (t) => {
   const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
