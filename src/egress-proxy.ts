@@ -34,6 +34,9 @@ const NAMES = {
   no: ['no_proxy', 'NO_PROXY']
 } as const
 
+/** The standard variables read (upper-case spelling), outside the sidecar's own schema. */
+export const EGRESS_VARIABLES: readonly string[] = Object.values(NAMES).map((names) => names[1])
+
 function first (env: Env, names: readonly string[]): { name: string, value: string } | undefined {
   for (const name of names) {
     const value = env[name]?.trim()

@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { schema } from '../../src/config/schema.js'
+import { EGRESS_VARIABLES } from '../../src/egress-proxy.js'
 
 interface Property { type: string, default?: unknown, minimum?: number, maximum?: number, minLength?: number, enum?: readonly string[] }
 
@@ -14,7 +15,7 @@ function tableRows (): Map<string, string[]> {
   const rows = new Map<string, string[]>()
   for (const line of section.split('\n')) {
     const cells = line.split('|').slice(1, -1).map((c) => c.trim())
-    const name = /^`([A-Z_]+)`$/.exec(cells[0] ?? '')?.[1]
+    const name = /^`([A-Z_]+)`(?: ²)?$/.exec(cells[0] ?? '')?.[1]
     if (name !== undefined) rows.set(name, cells.slice(1))
   }
   return rows
@@ -37,9 +38,9 @@ function limitsCell (p: Property): string {
 const properties = schema.properties as Record<string, Property>
 const rows = tableRows()
 
-t.test('the table lists every variable of the schema, and nothing else', async (t) => {
+t.test('the table lists every variable of the schema and the standard proxy variables, and nothing else', async (t) => {
   t.ok(rows.size > 10, 'the README has a configuration table')
-  t.same([...rows.keys()].sort(), Object.keys(properties).sort())
+  t.same([...rows.keys()].sort(), [...Object.keys(properties), ...EGRESS_VARIABLES].sort())
 })
 
 t.test('each row shows the schema\'s default and limits', async (t) => {
