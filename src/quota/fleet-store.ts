@@ -22,7 +22,7 @@ import type { Metrics } from '../metrics.js'
 import { createLedger, type OpenSend } from './ledger.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from './rules.js'
-import { createCooldowns, createSendIds, newMemberId, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
+import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 
 /** The fleet protocol's timing; tests shorten it. */
 export interface FleetTiming {
@@ -213,7 +213,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   function take (scope: string, limits: readonly Limit[]): Take | Promise<Take> {
     const cooling = cooldowns.left(scope)
     if (cooling > 0) return { kind: 'cooldown', ms: cooling }
-    if (state !== 'shared') return limits.length === 0 ? { kind: 'ok', id: '' } : alone(scope, limits)
+    if (state !== 'shared') return limits.length === 0 ? NOTHING_TAKEN : alone(scope, limits)
     const now = clock.now()
     if (now < graceUntil && limits.length > 0) return { kind: 'degraded', ms: graceUntil - now, lost: true }
     return shared(scope, limits)

@@ -29,7 +29,7 @@ export type Verdict =
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
 
-/** The verdict when nothing can stop a request (no rules, cool-downs off). */
+/** The verdict when nothing is taken: nothing can stop a request, or its scope has no limits. */
 const FREE: Verdict = Object.freeze({ ok: true, delayed: false, ticket: undefined })
 const GONE: Verdict = Object.freeze({ ok: false, reason: 'gone' })
 const NO_LIMITS: readonly Limit[] = Object.freeze([])
@@ -116,8 +116,9 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     return { ok: false, reason, retryAfterMs: ms, scope, ...(lost ? { lost } : {}) }
   }
 
+  // The common path (no limits to take, e.g. cool-downs on and no rules) allocates nothing.
   const go = (scope: string, limits: readonly Limit[], id: string, delayed: boolean): Verdict =>
-    ({ ok: true, delayed, ticket: id === '' ? undefined : { scope, limits, id } })
+    id === '' && !delayed ? FREE : { ok: true, delayed, ticket: id === '' ? undefined : { scope, limits, id } }
 
   async function settle (scope: string, limits: readonly Limit[], first: Take, caller: Caller): Promise<Verdict> {
     const startedAt = clock.now()

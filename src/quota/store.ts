@@ -24,6 +24,9 @@ export type Take =
    */
   | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean }
 
+/** A take with nothing to take (a scope without limits, not cooling down): no id, nothing to refund. */
+export const NOTHING_TAKEN: Take = Object.freeze({ kind: 'ok', id: '' })
+
 export interface CooldownRequest {
   /** The gateway's Retry-After, in ms, when usable. */
   retryAfterMs: number | undefined
@@ -130,7 +133,7 @@ export function createLocalStore (clock: Clock, cooldowns: Cooldowns, ledger: Le
     take (scope, limits) {
       const cooling = cooldowns.left(scope)
       if (cooling > 0) return { kind: 'cooldown', ms: cooling }
-      if (limits.length === 0) return { kind: 'ok', id: '' }
+      if (limits.length === 0) return NOTHING_TAKEN
       const wait = ledger.wait(scope, limits)
       if (wait > 0) return { kind: 'budget', ms: wait }
       const id = nextId()

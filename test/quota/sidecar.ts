@@ -90,15 +90,7 @@ export const SPIKE_ARREST_BODY = '{"fault":{"faultstring":"Spike arrest violatio
 export const rateLimited = (rule: string, reason: string, action: string): string =>
   seriesKey('store_auth_proxy_rate_limited_total', { rule, reason, action })
 
-/** Polls `check` every 50 ms until it is true; fails the test after `timeoutMs`. */
-export async function eventually (t: Test, what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (await check()) return
-    await sleep(50)
-  }
-  t.fail(`${what}: not within ${timeoutMs} ms`)
-}
+export { eventually } from '../helpers/eventually.js'
 
 /** Where the sidecar's budgets and cool-downs live now, from /status. */
 export const backendOf = async (s: QuotaSidecar): Promise<string> => ((await s.status()).rateLimits as { backend: string }).backend
