@@ -122,6 +122,9 @@ async function send (port: number, commands: string[][]): Promise<string> {
         resolve(replies[commands.length - 1] ?? '')
       }
     })
+    // A server killed mid-command (DEBUG SLEEP, then SIGKILL) closes the connection with no
+    // error: without this the command would never settle, and whoever awaits it would hang.
+    socket.once('close', () => { reject(new Error(`redis on port ${port} closed the connection before answering`)) })
   })
 }
 

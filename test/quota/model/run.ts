@@ -91,7 +91,7 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
   const { rules, size } = config
   const t0 = performance.now()
   const rel = (at: number): string => `+${Math.round(at - t0)}ms`
-  const log = (line: string): void => { report.trace.push(`${rel(performance.now())} ${line}`) }
+  const log = (line: string): void => { report.trace.push(`${rel(performance.now())} ${line}`); if (process.env.QUOTA_MODEL_DEBUG !== undefined) process.stderr.write(`${rel(performance.now())} ${line}\n`) }
   // A healed fault is noticed within a reconnection attempt (docs/quota-guard.md: at most 1 s apart).
   const quietMs = maxWindowMs(rules) + QUOTA_TIMING.presenceTtlMs + SETTLED_MS + REDIS_TIMEOUT_MS + RECONNECT_MAX_MS
   let lastFaultAt = -Infinity
