@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import { systemClock, type Clock } from './clock.js'
 import type { Metrics } from './metrics.js'
 import type { QuotaGuard } from './quota/guard.js'
+import type { ReadCache } from './cache/read-cache.js'
 import { statusDocument, type ConfigSummary } from './status.js'
 import type { TokenManager, TokenState } from './token/token-manager.js'
 
@@ -10,6 +11,8 @@ export interface AdminOptions {
   metrics: Metrics
   /** Where budgets and cool-downs live, for /readyz's reason and /status. */
   quota?: Pick<QuotaGuard, 'status' | 'readinessNote'>
+  /** The read cache, when a rule has cache=: its copies on /status. */
+  cache?: Pick<ReadCache, 'status'>
   isDraining: () => boolean
   /** Shown on /status. */
   version: string
@@ -40,7 +43,7 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, quota, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, cache, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -78,7 +81,8 @@ export async function adminRoutes (
         token,
         readiness: readiness(token, isDraining()),
         config,
-        ...(quota === undefined ? {} : { rateLimits: quota.status() })
+        ...(quota === undefined ? {} : { rateLimits: quota.status() }),
+        ...(cache === undefined ? {} : { cache: cache.status() })
       })
     })
   }

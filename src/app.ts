@@ -15,6 +15,8 @@ import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics
 import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
+import type { ReadCache } from './cache/read-cache.js'
+import type { SharedCache } from './cache/redis-cache.js'
 import { rereadRedisUrl } from './quota/settings.js'
 import { readSecretFile, readSecretFileSync } from './secret-file.js'
 import { configSummary } from './status.js'
@@ -79,8 +81,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     route: routeFor(config.upstreamUrl, config.egressProxy)
   })
 
-  const quota = await createQuota(config, deps, metrics)
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota })
+  const { quota, cache } = await createQuota(config, deps, metrics)
+  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, ...(cache === undefined ? {} : { cache }) })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -90,7 +92,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     logController: new LogController({ disableRequestLogging: true })
   })
   await admin.register(adminRoutes, {
-    tokens, metrics, quota, isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
+    tokens, metrics, quota, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
 
   return {
@@ -99,7 +101,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     tokens,
     metrics,
     quota,
-    start: async () => { await Promise.all([tokens.start(), quota.start()]) },
+    start: async () => { await Promise.all([tokens.start(), quota.start(), cache?.start()]) },
     drain: () => { draining = true },
     close () {
       closing ??= closeAll()
@@ -120,7 +122,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     closeIdle()
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
-    await quota.close()
+    await Promise.all([quota.close(), cache?.close()])
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
@@ -156,29 +158,35 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
   return { tokens, closeTokenEgress: async () => { await tokenEgress?.close() } }
 }
 
-/** The quota guard, with its Redis store when RATE_LIMIT_REDIS_URL is set. */
-async function createQuota (config: Config, deps: AppDependencies, metrics: Metrics): Promise<QuotaGuard> {
-  const { log, clock, readFile, quotaTiming } = deps
+/**
+ * The quota guard, with its Redis store when RATE_LIMIT_REDIS_URL is set, and the read cache
+ * when a rule has cache= (its copies shared in the same Redis).
+ */
+async function createQuota (config: Config, deps: AppDependencies, metrics: Metrics): Promise<{ quota: QuotaGuard, cache?: ReadCache }> {
+  const { log, clock = systemClock, readFile, quotaTiming } = deps
   const rateLimits = config.rateLimits
+  const caching = rateLimits.rules.some((rule) => rule.cache !== undefined)
   // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
   let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
+  let shared: SharedCache | undefined
   if (rateLimits.redisUrl !== undefined) {
-    const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
-      import('./quota/redis-backend.js'), import('./quota/fleet-store.js')])
+    const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }, { createSharedCache }] = await Promise.all([
+      import('./quota/redis-backend.js'), import('./quota/fleet-store.js'), import('./cache/redis-cache.js')])
     const clientId = 'value' in config.clientId
       ? config.clientId.value
       : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
     const urlFile = rateLimits.redisUrlFile
-    const redis = createRedisStore({
+    const connection = {
       url: rateLimits.redisUrl,
       timeoutMs: rateLimits.redisTimeoutMs,
       prefix: redisKeyPrefix(config.authUrl, clientId),
-      clock: clock ?? systemClock,
       ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
-    })
+    }
+    const redis = createRedisStore({ ...connection, clock })
+    if (caching) shared = createSharedCache({ ...connection, now: () => clock.now() })
     fleet = (onCooldown) => createFleetStore({
       redis,
-      clock: clock ?? systemClock,
+      clock,
       log: log.child({ component: 'quota' }),
       metrics,
       rules: rateLimits.rules,
@@ -188,19 +196,32 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
       onCooldown
     })
   }
-  return createQuotaGuard({
+  const quota = createQuotaGuard({
     config: rateLimits,
-    clock: clock ?? systemClock,
+    clock,
     log: log.child({ component: 'quota' }),
     metrics,
     ...(fleet === undefined ? {} : { fleet })
   })
+  if (!caching) return { quota }
+  // lru-cache is loaded only when a rule has cache=.
+  const { createReadCache } = await import('./cache/read-cache.js')
+  const cache = createReadCache({
+    clock,
+    log: log.child({ component: 'cache' }),
+    metrics,
+    maxBytes: rateLimits.cacheMaxBytes,
+    entryMaxBytes: rateLimits.cacheEntryMaxBytes,
+    fillMs: rateLimits.maxWaitMs + config.upstreamQueueTimeoutMs + config.upstreamTimeoutMs,
+    ...(shared === undefined ? {} : { shared })
+  })
+  return { quota, cache }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, cache?: ReadCache }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, cache }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -278,7 +299,8 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
-    quota
+    quota,
+    ...(cache === undefined ? {} : { cache })
   })
   return proxyServer
 }

@@ -28,11 +28,17 @@ export interface ForwardHooks {
   /** The upstream's final answer began (status and headers), before holdBack is asked. */
   answer?: (statusCode: number, headers: HeldAnswer['headers']) => void
   /**
-   * The upstream answered `statusCode`: return true to hold the answer back. It is then
-   * read whole (up to HOLD_BACK_MAX_BYTES; past that it is sent after all) and handed
-   * to `heldBack` instead of being written to the caller.
+   * The upstream answered `statusCode`: return true (or a byte limit) to hold the answer
+   * back. It is then read whole (up to HOLD_BACK_MAX_BYTES, or the limit given; past that
+   * it is sent after all) and handed to `heldBack` instead of being written to the caller.
    */
-  holdBack: (statusCode: number) => boolean
+  holdBack: (statusCode: number) => boolean | number
+  /**
+   * The answer is wanted by others than this caller (a read-cache fill): once the request is
+   * written, the caller leaving does not abort it. A held answer still reaches `heldBack`,
+   * and a failure `failed`, with the caller gone; one that would stream to it is aborted.
+   */
+  outlivesCaller?: boolean
   /** The held-back answer, complete: the caller still waits for an answer. */
   heldBack: (answer: HeldAnswer) => void
   /**
@@ -140,7 +146,8 @@ export function createUpstream (options: UpstreamOptions) {
     let startedAt = 0
     let finalTimer: NodeJS.Timeout | undefined
     let queueTimer: NodeJS.Timeout | undefined
-    let held: { statusCode: number, headers: HeldAnswer['headers'], chunks: Buffer[], bytes: number } | undefined
+    let held: { statusCode: number, headers: HeldAnswer['headers'], chunks: Buffer[], bytes: number, limit: number } | undefined
+    const outlives = hooks.outlivesCaller === true
     let closeDelimited = false
 
     queued += 1
@@ -169,7 +176,10 @@ export function createUpstream (options: UpstreamOptions) {
       callerLeft = true
       giveBack()
       // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
-      controller?.abort(new Error('the caller closed the connection'))
+      // Written, and wanted by others: read on, unless it is already streaming to this caller.
+      if (!outlives || (controller !== undefined && held === undefined && res.headersSent)) {
+        controller?.abort(new Error('the caller closed the connection'))
+      }
     }
     const done = (): void => {
       leaveQueue()
@@ -227,8 +237,13 @@ export function createUpstream (options: UpstreamOptions) {
         hooks.answer?.(statusCode, headers)
         closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
           request.method !== 'HEAD' && !statusOnly(statusCode)
-        if (hooks.holdBack(statusCode)) {
-          held = { statusCode, headers, chunks: [], bytes: 0 }
+        const hold = hooks.holdBack(statusCode)
+        if (hold !== false) {
+          held = { statusCode, headers, chunks: [], bytes: 0, limit: hold === true ? HOLD_BACK_MAX_BYTES : hold }
+          return
+        }
+        if (callerLeft) {
+          c.abort(new Error('the caller closed the connection'))
           return
         }
         writeHead(c, statusCode, headers)
@@ -237,11 +252,12 @@ export function createUpstream (options: UpstreamOptions) {
         if (held !== undefined) {
           held.chunks.push(chunk)
           held.bytes += chunk.length
-          if (held.bytes <= HOLD_BACK_MAX_BYTES) return
-          // Too large to hold: send it as it comes after all.
+          if (held.bytes <= held.limit) return
+          // Too large to hold: send it as it comes after all (if anyone still waits for it).
           const { statusCode, headers, chunks } = held
           held = undefined
-          if (writeHead(c, statusCode, headers)) for (const part of chunks) write(c, part)
+          if (callerLeft) c.abort(new Error('the caller closed the connection'))
+          else if (writeHead(c, statusCode, headers)) for (const part of chunks) write(c, part)
           return
         }
         write(c, chunk)
@@ -266,7 +282,12 @@ export function createUpstream (options: UpstreamOptions) {
       onResponseError (_c, err) {
         done()
         giveBack()
-        if (expired || callerLeft) return
+        if (expired) return
+        // Others wait for this answer: they are told it failed, whatever became of this caller.
+        if (callerLeft) {
+          if (outlives) hooks.failed(err)
+          return
+        }
         if (res.headersSent) {
           hooks.truncated()
           // The status line may still sit in Node's buffer (it goes out with the first body

@@ -43,7 +43,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     registry,
     ...tokenMetrics(registry),
     ...exchangeMetrics(registry),
-    ...rateLimitMetrics(registry, rateLimitRedis)
+    ...rateLimitMetrics(registry, rateLimitRedis),
+    ...cacheMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
   return metrics
@@ -214,3 +215,26 @@ function buildInfoMetric (registry: Registry, buildInfo: BuildInfo): void {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>
+
+/** The read cache (src/cache/): answers by how they were served, stores, evictions, bytes held. */
+function cacheMetrics (registry: Registry) {
+  const counter = (name: string, help: string, labelNames: string[]) => new Counter({ name: `${METRIC_PREFIX}${name}`, help, labelNames, registers: [registry] })
+  let held = (): number => 0
+  return {
+    cacheRequests: counter('cache_requests_total',
+      'Requests of rules with cache=, by how they were answered: hit (fresh), coalesced (another request\'s fetch), stale (TI could not be asked), miss (fetched or refused).',
+      ['rule', 'result']),
+    cacheStores: counter('cache_stores_total', 'Answers of TI stored by the read cache.', ['rule']),
+    cacheNotStored: counter('cache_not_stored_total', 'Answers of TI to cached rules that were not stored, by reason (status, no-store, private, too-large, ...).', ['rule', 'reason']),
+    cacheEvictions: counter('cache_evictions_total', 'Stored answers evicted to keep the cache within CACHE_MAX_BYTES.', ['rule']),
+    cacheRedisErrors: counter('cache_redis_errors_total', 'Read-cache lookups or stores in Redis that failed (the sidecar used its own copies).', []),
+    cacheBytes: new Gauge({
+      name: `${METRIC_PREFIX}cache_bytes`,
+      help: 'Bytes of stored answers this sidecar holds in memory (at most CACHE_MAX_BYTES).',
+      registers: [registry],
+      collect () { this.set(held()) }
+    }),
+    /** Where cache_bytes is read from. */
+    measureCache (fn: () => number): void { held = fn }
+  }
+}

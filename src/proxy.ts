@@ -12,7 +12,11 @@ import { sendHeld, type HeldAnswer, type Upstream } from './forward.js'
 import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from './metrics.js'
 import type { QuotaGuard, Ticket, Verdict } from './quota/guard.js'
-import type { Rule } from './quota/rules.js'
+import type { CacheOption, Rule } from './quota/rules.js'
+import type { Entry } from './cache/entries.js'
+import { fillAnswered, fillFailed, fillHeld, fillHolds, type Fill, type Serve } from './cache/fill.js'
+import { asksForFresh, cacheKey, requestCacheable, type StatusParams } from './cache/policy.js'
+import type { CacheResult, ReadCache } from './cache/read-cache.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
@@ -36,6 +40,8 @@ declare module 'fastify' {
     upstreamPath: string | null
     /** Whether this request was already replayed with a fresh token. */
     replayed: boolean
+    /** A GET of a rule with cache= that goes upstream: what it may store, and who waits for it. */
+    fill: Fill | null
   }
 }
 
@@ -70,6 +76,8 @@ export interface ProxyOptions {
   maxBodyBytes: number
   /** Budgets and cool-downs (src/quota/guard.ts). */
   quota: QuotaGuard
+  /** Reuses TI's answers to GETs of rules with cache= (src/cache/); absent when no rule has it. */
+  cache?: ReadCache
 }
 
 /**
@@ -106,7 +114,7 @@ export function observeExchange (
 }
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota } = options
+  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache } = options
   let replayBytes = 0
   const release = (exchange: Exchange): void => {
     replayBytes -= exchange.reservedBytes
@@ -118,6 +126,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   app.decorateRequest('replayBody', null)
   app.decorateRequest('upstreamPath', null)
   app.decorateRequest('replayed', false)
+  app.decorateRequest('fill', null)
   app.setErrorHandler(errorHandler)
   app.setNotFoundHandler((request, reply) => {
     sendError(reply, new MethodNotAllowedError(request.method), metrics)
@@ -196,12 +205,23 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
    */
   function send (request: FastifyRequest, reply: FastifyReply): void {
     // The caller left while its body was read or a token awaited: nothing is sent for it.
-    if (request.exchange.gone) return
+    if (request.exchange.gone) {
+      request.fill?.settle(undefined)
+      return
+    }
     if (!quota.active) {
       forward(request, reply, undefined, undefined)
       return
     }
     const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+    if (cache !== undefined && rule?.cache !== undefined && request.fill === null && requestCacheable(request.method, request.headers)) {
+      cached(request, reply, rule as Rule & { cache: CacheOption }, cache).catch((err: unknown) => {
+        request.fill?.settle(undefined)
+        request.log.error({ err }, 'read cache failed')
+        if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
+      })
+      return
+    }
     const verdict = quota.admit(rule, reply.raw)
     if (!(verdict instanceof Promise)) {
       admitted(request, reply, rule, verdict)
@@ -213,15 +233,84 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     })
   }
 
-  function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
-    if (verdict.ok) {
-      if (!callerGone(request)) forward(request, reply, rule, verdict.ticket)
-      // Gone after its point was taken and before anything was written: the point goes back.
-      else quota.refund(verdict.ticket)
+  /**
+   * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
+   * budget. Otherwise one GET fetches for every request that asks meanwhile (they wait for
+   * it), through the budget as any request; a stored answer within stale= stands in when the
+   * budget refuses or TI fails.
+   */
+  async function cached (request: FastifyRequest, reply: FastifyReply, rule: Rule & { cache: CacheOption }, readCache: ReadCache): Promise<void> {
+    const path = forwardedPath(request)
+    const key = cacheKey(path, request.headers)
+    const fresh = asksForFresh(request.headers)
+    const { entry: found, fleetFilling } = await readCache.find(key, request.headers)
+    if (callerGone(request)) return
+    if (found !== undefined && !fresh && readCache.standing(found).fresh) {
+      serveCached(reply, found, request.method, { hit: true }, 'hit')
       return
     }
+    const leads = request.method === 'GET'
+    // Another request here fetches it, or (failing that) another sidecar of the fleet: wait for its answer.
+    const other = leads ? readCache.join(key.id, reply.raw) ?? (fleetFilling && found === undefined ? readCache.awaitFleet(key, request.headers, reply.raw) : undefined) : undefined
+    if (other !== undefined) {
+      const outcome = await other
+      if (outcome === 'gone' || callerGone(request)) return
+      if (outcome !== undefined) {
+        const current = readCache.standing(outcome).fresh
+        serveCached(reply, outcome, request.method, { hit: true, detail: current ? 'coalesced' : 'stale-error' }, current ? 'coalesced' : 'stale')
+        return
+      }
+    }
+    request.fill = {
+      key,
+      rule,
+      path,
+      requestHeaders: request.headers,
+      method: request.method,
+      found,
+      fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
+      settle: leads ? readCache.lead(key.id) : () => {},
+      decision: undefined
+    }
+    // With a stored answer to stand in, a spent budget is not waited for.
+    admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
+  }
+
+  function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
+    reply.hijack()
+    cache?.serve(reply.raw, entry, method, params, result)
+  }
+
+  /** Serves stored answers to this request's caller, while it is there. */
+  function serverFor (request: FastifyRequest, reply: FastifyReply): Serve | undefined {
+    return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
+  }
+
+  function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
+    const fill = request.fill
+    if (verdict.ok) {
+      if (!callerGone(request)) {
+        forward(request, reply, rule, verdict.ticket)
+        return
+      }
+      // Gone after its point was taken and before anything was written: the point goes back
+      // (and those waiting for this fetch go on by themselves).
+      quota.refund(verdict.ticket)
+      fill?.settle(undefined)
+      return
+    }
+    fill?.settle(undefined)
     // Left while waiting for its budget: never sent, nothing spent.
     if (verdict.reason === 'gone' || callerGone(request)) return
+    // A stored answer stands in for the refusal while it is within stale=.
+    const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
+    if (fill?.found !== undefined && standing?.usable === true) {
+      // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
+      const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
+      serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
+      return
+    }
+    if (fill !== null) cache?.missed(fill.rule.id)
     const { message, retryAfterSeconds } = quota.describe(verdict)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
     sendError(reply, new UpstreamRateLimitedError(message), metrics, { retryAfterSeconds })
@@ -229,26 +318,31 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
   function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, ticket: Ticket | undefined): void {
-    const url = request.raw.url ?? '/'
-    const queryAt = url.indexOf('?')
+    const fill = cache === undefined ? null : request.fill
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
       request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
     upstream.forward({
       method: request.method,
-      path: (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt)),
+      path: forwardedPath(request),
       headers,
       body
     }, reply.raw, {
-      answer: (statusCode, answerHeaders) => { quota.answered(rule, { statusCode, headers: answerHeaders }) },
-      holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode),
+      answer: (statusCode, answerHeaders) => {
+        quota.answered(rule, { statusCode, headers: answerHeaders })
+        if (fill !== null && cache !== undefined) fillAnswered(cache, fill, reply.raw, statusCode, answerHeaders)
+      },
+      holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
+        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)),
+      outlivesCaller: fill !== null && fill.method === 'GET',
       heldBack: (answer) => {
         if (answer.statusCode === 401) {
           replay(request, reply, answer)
           return
         }
         quota.heldBack(rule, answer)
+        if (fill !== null && cache !== undefined && fillHeld(cache, fill, answer, serverFor(request, reply))) return
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
         reply.hijack()
@@ -257,6 +351,8 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       // Nothing of the request reached the upstream: its budget point goes back.
       unsent: () => { quota.refund(ticket) },
       failed: (err) => {
+        if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply))) return
+        if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
           request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
@@ -265,7 +361,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         }
         sendError(reply, upstreamError(err), metrics)
       },
-      started: () => { reply.hijack() },
+      started: () => {
+        reply.hijack()
+        if (fill === null) return
+        fill.settle(undefined)
+        cache?.missed(fill.rule.id)
+      },
       truncated: () => { request.exchange.truncated = true }
     })
   }
@@ -285,12 +386,19 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function replay (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer): void {
-    if (callerGone(request)) return
+    if (callerGone(request)) {
+      request.fill?.settle(undefined)
+      return
+    }
     request.replayed = true
     const rejected = request.token?.generation ?? 0
     void tokens.renewed(rejected).then((fresh) => {
-      if (callerGone(request)) return
+      if (callerGone(request)) {
+        request.fill?.settle(undefined)
+        return
+      }
       if (fresh === undefined) {
+        request.fill?.settle(undefined)
         // No newer token came: the caller gets the upstream's own answer.
         reply.hijack()
         sendHeld(reply.raw, answer)
@@ -333,6 +441,13 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       send(request, reply)
     }
   })
+}
+
+/** The path and query as they go upstream. */
+function forwardedPath (request: FastifyRequest): string {
+  const url = request.raw.url ?? '/'
+  const queryAt = url.indexOf('?')
+  return (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt))
 }
 
 /** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */

@@ -5,6 +5,7 @@ import type { Config } from './config/load.js'
 import { egressSummary } from './egress-proxy.js'
 import { redisDisplayUrl } from './quota/settings.js'
 import type { RateLimitStatus } from './quota/guard.js'
+import type { CachedStatus } from './cache/read-cache.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from './token/token-client.js'
 import type { TokenState } from './token/token-manager.js'
@@ -51,6 +52,8 @@ export function configSummary (config: Config): ConfigSummary {
     RATE_LIMIT_REDIS_URL: config.rateLimits.redisUrl === undefined ? '' : redisDisplayUrl(config.rateLimits.redisUrl),
     RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
     RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
+    CACHE_MAX_BYTES: config.rateLimits.cacheMaxBytes,
+    CACHE_ENTRY_MAX_BYTES: config.rateLimits.cacheEntryMaxBytes,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
     LOG_LEVEL: config.logLevel
@@ -67,6 +70,7 @@ export interface StatusInput {
   readiness: { ready: boolean, reason: string }
   config: ConfigSummary
   rateLimits?: RateLimitStatus
+  cache?: CachedStatus
 }
 
 export interface StatusDocument {
@@ -91,6 +95,8 @@ export interface StatusDocument {
     credentialsRejected: boolean
   }
   rateLimits?: RateLimitStatus
+  /** The read cache, when a rule has cache=: its copies (paths without query values), never a body. */
+  cache?: CachedStatus
   config: ConfigSummary
 }
 
@@ -101,7 +107,7 @@ function tokenStateName (state: TokenState): StatusDocument['token']['state'] {
   return state.refreshing ? 'fetching' : 'none'
 }
 
-export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits }: StatusInput): StatusDocument {
+export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits, cache }: StatusInput): StatusDocument {
   return {
     version,
     time: new Date(wallNow).toISOString(),
@@ -126,6 +132,7 @@ export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, 
       credentialsRejected: token.credentialsRejected
     },
     ...(rateLimits === undefined ? {} : { rateLimits }),
+    ...(cache === undefined ? {} : { cache }),
     config
   }
 }

@@ -21,6 +21,8 @@ export const DEFAULT_RATE_LIMIT_MAX_WAIT_MS = 1_000
 export const DEFAULT_RATE_LIMIT_COOLDOWN_MS = 1_000
 export const DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS = 60 * 60_000
 export const DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS = 200
+export const DEFAULT_CACHE_MAX_BYTES = 32 * 1024 * 1024
+export const DEFAULT_CACHE_ENTRY_MAX_BYTES = 8 * 1024 * 1024
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
@@ -77,6 +79,8 @@ export const schema = {
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
+    CACHE_MAX_BYTES: { type: 'integer', minimum: 64 * 1024, maximum: 1024 * 1024 * 1024, default: DEFAULT_CACHE_MAX_BYTES },
+    CACHE_ENTRY_MAX_BYTES: { type: 'integer', minimum: 1024, maximum: 256 * 1024 * 1024, default: DEFAULT_CACHE_ENTRY_MAX_BYTES },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
     LOG_LEVEL: logLevel

@@ -120,7 +120,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   const go = (scope: string, limits: readonly Limit[], id: string, delayed: boolean): Verdict =>
     id === '' && !delayed ? FREE : { ok: true, delayed, ticket: id === '' ? undefined : { scope, limits, id } }
 
-  async function settle (scope: string, limits: readonly Limit[], first: Take, caller: Caller): Promise<Verdict> {
+  async function settle (scope: string, limits: readonly Limit[], first: Take, caller: Caller, maxWait: number): Promise<Verdict> {
     const startedAt = clock.now()
     let result = first
     for (;;) {
@@ -132,7 +132,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // Over budget (the fleet's, or this sidecar's share): wait if it frees within
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
-      if (result.ms > maxWaitMs - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true)
+      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true)
       if (await sleep(result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)
@@ -143,14 +143,16 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
    * Whether the request may be sent now: synchronously on the common path (nothing stands
    * in the way, decided here), else a promise. One budget point per send; the ticket of an
    * admitted request goes back through `refund` if nothing of it is written upstream.
+   * Without `wait` (a stored answer can stand in), a spent budget refuses at once.
    */
-  function admit (rule: Rule | undefined, caller: Caller): Verdict | Promise<Verdict> {
+  function admit (rule: Rule | undefined, caller: Caller, { wait = true } = {}): Verdict | Promise<Verdict> {
     if (!active) return FREE
     const scope = rule?.id ?? UPSTREAM_SCOPE
     const limits = rule?.limits ?? NO_LIMITS
+    const maxWait = wait ? maxWaitMs : 0
     const first = store.take(scope, limits)
-    if (!(first instanceof Promise)) return first.kind === 'ok' ? go(scope, limits, first.id, false) : settle(scope, limits, first, caller)
-    return first.then((result) => result.kind === 'ok' ? go(scope, limits, result.id, false) : settle(scope, limits, result, caller))
+    if (!(first instanceof Promise)) return first.kind === 'ok' ? go(scope, limits, first.id, false) : settle(scope, limits, first, caller, maxWait)
+    return first.then((result) => result.kind === 'ok' ? go(scope, limits, result.id, false) : settle(scope, limits, result, caller, maxWait))
   }
 
   /**

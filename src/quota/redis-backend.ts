@@ -9,9 +9,9 @@
 // rate-limiter-flexible would not do: its consume() spends even when it refuses, its Redis
 // windows are whole seconds, and a union of limiters spends on the limits that had room.
 import { createHash } from 'node:crypto'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import type { Clock } from '../clock.js'
-import { redisDisplayUrl } from './settings.js'
+import { openRedis } from './redis-client.js'
 import type { Limit } from './rules.js'
 import type { CooldownRequest } from './store.js'
 
@@ -204,14 +204,6 @@ type ScriptClient = Redis & {
   sapCoolDown: (numKeys: number, ...args: Array<string | number>) => Promise<number>
 }
 
-/** The longest wait between two reconnection attempts: a healed partition is shared again within it. */
-export const RECONNECT_MAX_MS = 1_000
-
-/** Reconnects back off from 50 ms, doubling, to RECONNECT_MAX_MS. */
-export function reconnectDelayMs (attempt: number): number {
-  return Math.min(50 * 2 ** Math.min(attempt, 10), RECONNECT_MAX_MS)
-}
-
 /** What a Redis error says about the configuration: its credentials refused (NOAUTH, WRONGPASS, an ACL). */
 export function redisAuthProblem (err: unknown): string | undefined {
   const message = err instanceof Error ? err.message : String(err)
@@ -224,38 +216,9 @@ export function redisAuthProblem (err: unknown): string | undefined {
 }
 
 export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }: RedisStoreOptions) {
-  const displayUrl = redisDisplayUrl(url)
-  /** Every password this sidecar has used: none is ever shown. */
-  const secrets = new Set([url])
-  const remember = (text: string): void => {
-    secrets.add(text)
-    const password = safeDecode(new URL(text).password)
-    if (password !== '') secrets.add(password)
-  }
-  remember(url)
-  const client = new Redis(url, {
-    lazyConnect: true,
-    // A command sent while disconnected fails at once instead of queueing: the sidecar then
-    // decides without Redis, and no caller waits for it.
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    commandTimeout: timeoutMs,
-    connectTimeout: Math.max(timeoutMs, 1_000),
-    retryStrategy: (attempt) => {
-      refreshCredentials()
-      return reconnectDelayMs(attempt)
-    },
-    connectionName: 'store-auth-proxy'
-  }) as ScriptClient
-  /** Before a reconnection: the user and password from the URL file as it is now (host and database stay). */
-  function refreshCredentials (): void {
-    const next = currentUrl?.()
-    if (next === undefined) return
-    remember(next)
-    const parsed = new URL(next)
-    client.options.username = safeDecode(parsed.username) || undefined
-    client.options.password = safeDecode(parsed.password) || undefined
-  }
+  const connection = openRedis({ url, timeoutMs, ...(currentUrl === undefined ? {} : { currentUrl }) })
+  const { displayUrl } = connection
+  const client = connection.client as ScriptClient
   client.defineCommand('sapTake', { lua: TAKE })
   client.defineCommand('sapReassert', { lua: REASSERT })
   client.defineCommand('sapHeartbeat', { lua: HEARTBEAT })
@@ -354,26 +317,11 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     /** The last connection error (ioredis reconnects by itself; this says why it had to). */
     lastError: (): unknown => lastError,
     /** A failure's reason for the log: never the URL's credentials. */
-    describe (err: unknown): string {
-      let safe = err instanceof Error ? err.message : String(err)
-      // Whole URLs first (shown as scheme://host:port), then the passwords alone.
-      for (const secret of [...secrets].sort((a, b) => b.length - a.length)) {
-        safe = safe.split(secret).join(secret.includes('://') ? displayUrl : '***')
-      }
-      return safe
-    },
+    describe: connection.describe,
     async close (): Promise<void> {
       listener = undefined
       client.disconnect()
     }
-  }
-}
-
-function safeDecode (text: string): string {
-  try {
-    return decodeURIComponent(text)
-  } catch {
-    return text
   }
 }
 

@@ -17,7 +17,18 @@ export interface Rule {
   /** The pattern's segments (the part after the leading `/`, split on `/`). */
   readonly segments: readonly string[]
   readonly limits: readonly Limit[]
+  /** `cache=` and `stale=`: a GET answer of this rule may be reused (src/cache/); absent: never cached. */
+  readonly cache?: CacheOption
 }
+
+/** How long a rule's answers may be reused (`cache=`), and served stale beyond that when TI cannot be asked (`stale=`). */
+export interface CacheOption {
+  readonly freshMs: number
+  readonly staleMs: number
+}
+
+/** The longest `cache=` or `stale=`: a week. */
+export const MAX_CACHE_MS = 7 * 24 * 60 * 60_000
 
 export const MIN_WINDOW_MS = 1
 export const MAX_WINDOW_MS = 24 * 60 * 60_000
@@ -25,6 +36,8 @@ export const MAX_WINDOW_MS = 24 * 60 * 60_000
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 const METHOD = /^(?:\*|[A-Z][A-Z0-9_-]*)$/
 const LIMIT = /^(\d+)\/(\d*)(ms|s|m|h|d)$/
+const OPTION = /^(cache|stale)=(.*)$/
+const DURATION = /^(\d+)(ms|s|m|h|d)$/
 
 /** How a problem names the text it is about: quoted, or (from a file) not at all. */
 type Show = (text: string) => string
@@ -60,6 +73,24 @@ function parsePattern (path: string, show: Show): readonly string[] | string {
   return segments
 }
 
+/** Why `cache=` / `stale=` options are not valid for a rule of this method, or what they say (undefined: none given). */
+function parseCacheOptions (method: string, options: ReadonlyArray<{ name: string, value: string }>, show: Show): CacheOption | undefined | string[] {
+  if (options.length === 0) return undefined
+  const problems: string[] = []
+  const ms: Record<string, number> = {}
+  for (const { name, value } of options) {
+    const match = DURATION.exec(value)
+    const amount = match === null ? NaN : Number(match[1]) * (UNIT_MS[match[2] ?? ''] ?? 0)
+    if (name in ms) problems.push(`repeats ${name}=`)
+    else if (!(amount >= 1) || amount > MAX_CACHE_MS) problems.push(`${name}=${show(value).trim()} must be a duration from 1ms to 7d (e.g. 4h, 30m, 1d)`)
+    else ms[name] = amount
+  }
+  if (ms.cache === undefined && problems.length === 0) problems.push('stale= needs cache= (how long an answer is fresh)')
+  if (method !== 'GET' && method !== '*') problems.push('cache= applies to GET (and HEAD) requests only: the rule\'s method must be GET or *')
+  if (problems.length > 0) return problems
+  return Object.freeze({ freshMs: ms.cache ?? 0, staleMs: ms.stale ?? 0 })
+}
+
 export interface ParsedRules {
   rules: Rule[]
   problems: string[]
@@ -84,7 +115,12 @@ export function parseRules (text: string, source: string, { fromFile = false } =
     const words = entry.trim().split(/\s+/).filter((w) => w !== '')
     if (words.length === 0) continue
     n += 1
-    const [method = '', path = '', ...limitTexts] = words
+    const [method = '', path = '', ...rest] = words
+    const limitTexts = rest.filter((w) => !OPTION.test(w))
+    const options = rest.flatMap((w) => {
+      const m = OPTION.exec(w)
+      return m === null ? [] : [{ name: m[1] ?? '', value: m[2] ?? '' }]
+    })
     const own: string[] = []
     if (!METHOD.test(method)) own.push(`method${show(method)} must be an upper-case HTTP method or *`)
     const segments = parsePattern(path, show)
@@ -92,7 +128,7 @@ export function parseRules (text: string, source: string, { fromFile = false } =
     const where = !fromFile
       ? `${source}: rule ${n} "${words.join(' ')}"`
       : `${source}: line ${line}${own.length === 0 ? ` (${method} ${path})` : ''}`
-    if (limitTexts.length === 0) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...])')
+    if (limitTexts.length === 0) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...] [cache=DURATION [stale=DURATION]])')
     const limits: Limit[] = []
     for (const [k, limitText] of limitTexts.entries()) {
       const limit = parseLimit(limitText, fromFile ? () => ` ${k + 1}` : QUOTED)
@@ -100,6 +136,8 @@ export function parseRules (text: string, source: string, { fromFile = false } =
       else if (limits.some((l) => l.text === limit.text)) own.push(`repeats the limit ${limit.text}`)
       else limits.push(limit)
     }
+    const cache = parseCacheOptions(method, options, fromFile ? () => '' : QUOTED)
+    if (Array.isArray(cache)) own.push(...cache)
     const id = `${method} ${path}`
     if (own.length === 0 && seen.has(id)) own.push(`repeats the rule ${id} (the first matching rule wins: this one would never apply)`)
     if (own.length === 0 && typeof segments !== 'string') {
@@ -113,7 +151,8 @@ export function parseRules (text: string, source: string, { fromFile = false } =
       continue
     }
     seen.add(id)
-    rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits) }))
+    const cached = Array.isArray(cache) || cache === undefined ? {} : { cache }
+    rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits), ...cached }))
   }
   return { rules, problems }
 }

@@ -9,7 +9,7 @@
 //   G3  every caller answered: a status line, within HANG_MS, never a reset;
 //   cool-down: a sidecar that learned of TI's cool-down (its own 429 from TI, or a
 //       cool-down refusal it answered) sends nothing of that rule until it ends.
-import { RECONNECT_MAX_MS } from '../../../src/quota/redis-backend.js'
+import { RECONNECT_MAX_MS } from '../../../src/quota/redis-client.js'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'

@@ -1,0 +1,87 @@
+// One request that goes upstream for the read cache (a fill), from TI's status line to the
+// caller's answer: whether TI's answer may be stored, what the caller is told in Cache-Status,
+// and when a stored answer stands in for TI's failure (RFC 5861's stale-if-error). Everyone
+// waiting for the fill gets its outcome through `settle`, whatever became of its own caller.
+import type { ServerResponse } from 'node:http'
+import type { CacheOption, Rule } from '../quota/rules.js'
+import type { Entry } from './entries.js'
+import { cacheStatus, decide, type CacheKey, type Decision, type StatusParams } from './policy.js'
+import type { CacheResult, ReadCache } from './read-cache.js'
+
+type Headers = Record<string, string | string[] | undefined>
+
+export interface Fill {
+  readonly key: CacheKey
+  readonly rule: Rule & { cache: CacheOption }
+  /** The path and query as forwarded, and the caller's headers: what TI answered. */
+  readonly path: string
+  readonly requestHeaders: Headers
+  readonly method: string
+  /** The stored answer it refreshes (stale, or fresh when the caller asked for TI's): it stands in if TI fails. */
+  readonly found: Entry | undefined
+  /** How it asked: `miss` (nothing stored), `stale`, `request` (the caller's no-cache). */
+  readonly fwd: 'miss' | 'stale' | 'request'
+  /** Ends the flight: its waiters get the stored answer, or go on by themselves (a HEAD leads none). */
+  readonly settle: (entry: Entry | undefined) => void
+  decision: Decision | undefined
+}
+
+/** Serves a stored answer to one caller (the proxy hijacks its reply first). */
+export type Serve = (entry: Entry, params: StatusParams, result: CacheResult) => void
+
+/** TI's status line and headers arrived: decide whether the answer will be stored, and label a pass-through. */
+export function fillAnswered (cache: ReadCache, fill: Fill, res: ServerResponse, statusCode: number, headers: Headers): void {
+  const decision = fill.method === 'GET' ? decide(fill.rule.cache, fill.path, fill.requestHeaders, statusCode, headers) : undefined
+  fill.decision = decision
+  if (decision !== undefined && !decision.store && decision.why !== 'status') cache.notStored(fill.rule.id, decision.why)
+  // What the caller sees if the answer is passed on as it comes: not stored, and why (a
+  // storable one is passed on only if it outgrows CACHE_ENTRY_MAX_BYTES).
+  const detail = decision === undefined || (!decision.store && decision.why === 'status') ? undefined : decision.store ? 'too-large' : decision.why
+  res.setHeader('cache-status', cacheStatus({ fwd: fill.fwd, fwdStatus: statusCode, ...(detail === undefined ? {} : { detail }) }))
+}
+
+/** How much of TI's answer to hold back whole: all of a storable one, or a failure a stored answer may replace. */
+export function fillHolds (cache: ReadCache, fill: Fill, statusCode: number): number | false {
+  if (fill.decision?.store === true) return cache.entryMaxBytes
+  if (standsIn(cache, fill) && (statusCode >= 500 || statusCode === 429)) return 64 * 1024
+  return false
+}
+
+/**
+ * TI's held-back answer, whole: stored and served, or replaced by the stored answer when
+ * TI failed. False when the caller should get TI's answer as it came.
+ */
+export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: number, headers: Headers, body: Buffer },
+  serve: Serve | undefined): boolean {
+  const decision = fill.decision
+  if (decision?.store === true && answer.statusCode === 200) {
+    const entry = cache.store(fill.key, fill.rule.id, decision, answer)
+    fill.settle(entry)
+    if (entry === undefined) return false
+    serve?.(entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
+    return true
+  }
+  if (fill.found !== undefined && standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
+    fill.settle(fill.found)
+    serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
+    return true
+  }
+  fill.settle(undefined)
+  return false
+}
+
+/** TI could not be reached, or failed before its status line: the stored answer stands in if it may. */
+export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefined): boolean {
+  if (fill.found === undefined || !standsIn(cache, fill)) {
+    fill.settle(undefined)
+    return false
+  }
+  fill.settle(fill.found)
+  serve?.(fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
+  return true
+}
+
+/** Whether the stored answer being refreshed may still stand in (within stale=). */
+function standsIn (cache: ReadCache, fill: Fill): boolean {
+  return fill.found !== undefined && cache.standing(fill.found).usable
+}

@@ -1,0 +1,142 @@
+// What the read cache may store and reuse, as pure functions: the key of a request, whether an
+// answer of TI's may be stored and for how long, and the Cache-Status (RFC 9211) and Age it is
+// served with. HTTP's rules for a shared cache (RFC 9111: no-store, private, Authorization,
+// the status codes) come from http-cache-semantics; the rule's `cache=` and `stale=` bound them.
+import { createHash } from 'node:crypto'
+import CachePolicy from 'http-cache-semantics'
+import type { CacheOption } from '../quota/rules.js'
+
+type Headers = Record<string, string | string[] | undefined>
+
+/** The request headers that always take part in the key: they change TI's answer. */
+export const KEYED_HEADERS = ['accept', 'accept-language', 'accept-encoding'] as const
+
+/** The name the cache gives itself in Cache-Status. */
+export const CACHE_NAME = 'store-auth-proxy'
+
+export interface CacheKey {
+  /** A digest of everything keyed: the path and query as forwarded, and the KEYED_HEADERS. */
+  readonly id: string
+  /** The path with the query's values left out (they may be personal): for /status. */
+  readonly display: string
+}
+
+const headerValue = (value: Headers[string]): string => Array.isArray(value) ? value.join(', ') : value ?? ''
+
+/** The key of a GET or HEAD request forwarded as `path` (path and query as they go upstream). */
+export function cacheKey (path: string, headers: Headers): CacheKey {
+  const hash = createHash('sha256').update(path)
+  for (const name of KEYED_HEADERS) hash.update(`\n${headerValue(headers[name])}`)
+  return { id: hash.digest('hex').slice(0, 32), display: displayPath(path) }
+}
+
+/** `/v2/x?page=2&q=me` → `/v2/x?page=…&q=…`: the names of the query's fields, never their values. */
+export function displayPath (path: string): string {
+  const queryAt = path.indexOf('?')
+  if (queryAt === -1) return path
+  const names = path.slice(queryAt + 1).split('&').filter((p) => p !== '').map((p) => `${p.split('=')[0] ?? ''}=…`)
+  return `${path.slice(0, queryAt)}?${names.join('&')}`
+}
+
+/** Cache-Control's directives, lower-cased, with their values (true when they have none). */
+export function directives (value: Headers[string]): Map<string, string | true> {
+  const found = new Map<string, string | true>()
+  for (const part of headerValue(value).split(',')) {
+    const [name = '', ...rest] = part.split('=')
+    const key = name.trim().toLowerCase()
+    if (key === '') continue
+    found.set(key, rest.length === 0 ? true : rest.join('=').trim().replace(/^"(.*)"$/, '$1'))
+  }
+  return found
+}
+
+/** Whether a caller asks for TI's answer, not a stored one (`Cache-Control: no-cache` or `max-age=0`). */
+export function asksForFresh (headers: Headers): boolean {
+  const cc = directives(headers['cache-control'])
+  return cc.has('no-cache') || cc.get('max-age') === '0'
+}
+
+/** Whether a request may be answered from the cache at all: a caller's Cookie may make TI's answer personal. */
+export function requestCacheable (method: string, headers: Headers): boolean {
+  return (method === 'GET' || method === 'HEAD') && headers.cookie === undefined && !directives(headers['cache-control']).has('no-store')
+}
+
+/** Why an answer is not stored. */
+export type NotStored = 'status' | 'no-store' | 'private' | 'no-cache' | 'set-cookie' | 'vary' | 'expired' | 'too-large' | 'incomplete'
+
+export type Decision =
+  | {
+    readonly store: true
+    /** How long the answer is fresh from now: the rule's `cache=`, or less if TI's max-age says so. */
+    readonly freshMs: number
+    /** How long beyond that it may stand in when TI cannot be asked: `stale=`, 0 when TI forbids it. */
+    readonly staleMs: number
+    /** Its age when it arrived (TI's Age header). */
+    readonly initialAgeMs: number
+    /** The request headers TI's Vary names beyond KEYED_HEADERS, with this request's values. */
+    readonly vary: ReadonlyArray<readonly [string, string]>
+  }
+  | { readonly store: false, readonly why: NotStored }
+
+/**
+ * Whether TI's answer to a GET may be stored for the rule's `cache=`, and how long. Only 200s:
+ * a 404 may be TI's answer to a product not yet listed, or Apigee's for a path it does not
+ * route, and reusing it for hours would hide the product once it appears.
+ */
+export function decide (option: CacheOption, path: string, requestHeaders: Headers, statusCode: number, answerHeaders: Headers): Decision {
+  if (statusCode !== 200) return { store: false, why: 'status' }
+  const cc = directives(answerHeaders['cache-control'])
+  if (cc.has('no-store')) return { store: false, why: 'no-store' }
+  if (cc.has('private')) return { store: false, why: 'private' }
+  // Must be revalidated on every use: each revalidation would cost a budget point anyway.
+  if (cc.has('no-cache')) return { store: false, why: 'no-cache' }
+  if (answerHeaders['set-cookie'] !== undefined) return { store: false, why: 'set-cookie' }
+  const varyNames = headerValue(answerHeaders.vary).split(',').map((n) => n.trim().toLowerCase()).filter((n) => n !== '')
+  if (varyNames.includes('*')) return { store: false, why: 'vary' }
+  // The request TI answered, as the cache sees it: the caller's headers (the sidecar's own
+  // Authorization is what makes it TI's answer to us; the key carries the credential).
+  const { authorization: _ours, ...callerHeaders } = requestHeaders
+  const policy = new CachePolicy(
+    { method: 'GET', url: path, headers: callerHeaders },
+    { status: statusCode, headers: answerHeaders },
+    { shared: true, cacheHeuristic: 0 })
+  if (!policy.storable()) return { store: false, why: 'no-store' }
+  const initialAgeMs = Math.max(0, Math.round(Number(headerValue(answerHeaders.age)) * 1000) || 0)
+  const explicit = cc.has('s-maxage') || cc.has('max-age') || answerHeaders.expires !== undefined
+  const tiFreshMs = explicit ? Math.max(0, Math.round((policy.maxAge() - policy.age()) * 1000)) : Infinity
+  const freshMs = Math.min(option.freshMs, tiFreshMs)
+  const staleMs = cc.has('must-revalidate') || cc.has('proxy-revalidate') ? 0 : option.staleMs
+  if (freshMs <= 0 && staleMs <= 0) return { store: false, why: 'expired' }
+  const vary = varyNames
+    .filter((n) => !(KEYED_HEADERS as readonly string[]).includes(n))
+    .map((n) => [n, headerValue(requestHeaders[n])] as const)
+  return { store: true, freshMs, staleMs, initialAgeMs, vary }
+}
+
+/** Whether a stored answer's Vary headers match a request's. */
+export function varyMatches (vary: ReadonlyArray<readonly [string, string]>, headers: Headers): boolean {
+  return vary.every(([name, value]) => headerValue(headers[name]) === value)
+}
+
+/** Cache-Status parameters (RFC 9211 §2). */
+export interface StatusParams {
+  hit?: boolean
+  fwd?: 'miss' | 'stale' | 'request' | 'bypass'
+  fwdStatus?: number
+  stored?: boolean
+  /** Freshness left, in seconds: negative once stale. */
+  ttlSeconds?: number
+  detail?: string
+}
+
+/** The Cache-Status field value, e.g. `store-auth-proxy; hit; ttl=3540` or `store-auth-proxy; fwd=miss; stored`. */
+export function cacheStatus ({ hit, fwd, fwdStatus, stored, ttlSeconds, detail }: StatusParams): string {
+  let value = CACHE_NAME
+  if (hit === true) value += '; hit'
+  if (fwd !== undefined) value += `; fwd=${fwd}`
+  if (fwdStatus !== undefined) value += `; fwd-status=${fwdStatus}`
+  if (stored === true) value += '; stored'
+  if (ttlSeconds !== undefined) value += `; ttl=${ttlSeconds}`
+  if (detail !== undefined) value += `; detail=${detail}`
+  return value
+}

@@ -1,0 +1,248 @@
+// The read cache: TI's answers to GETs of rules with `cache=`, reused before any budget is
+// asked. Its copies live in this sidecar's memory (bounded by CACHE_MAX_BYTES, least recently
+// used evicted) and, when Redis is configured, in Redis for the whole fleet. Concurrent misses
+// for one key make one upstream call: the first request fetches (a flight), the others wait
+// for its answer. What is admitted, refused or counted is still the quota guard's business
+// (src/proxy.ts asks it for every fetch); nothing here sends anything upstream.
+import type { ServerResponse } from 'node:http'
+import type { Logger } from 'pino'
+import type { Clock } from '../clock.js'
+import type { Metrics } from '../metrics.js'
+import type { Caller } from '../quota/guard.js'
+import { createMemoryStore, entrySize, standing, type Entry } from './entries.js'
+import { cacheStatus, varyMatches, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
+import type { SharedCache } from './redis-cache.js'
+
+type Headers = Record<string, string | string[] | undefined>
+
+/** How a request was answered from the cache (the metric's `result` label). */
+export type CacheResult = 'hit' | 'coalesced' | 'stale' | 'miss'
+
+export interface ReadCacheOptions {
+  clock: Clock
+  log: Logger
+  metrics: Metrics
+  /** CACHE_MAX_BYTES: this sidecar's copies, at most. */
+  maxBytes: number
+  /** CACHE_ENTRY_MAX_BYTES: a larger answer streams through and is not stored. */
+  entryMaxBytes: number
+  /** The fleet's copies in Redis (RATE_LIMIT_REDIS_URL set). */
+  shared?: SharedCache
+  /** The longest a fetch may take (budget wait, queue, TI's answer): how long the fleet waits for one. */
+  fillMs: number
+}
+
+/** What a lookup found: a usable stored answer, if any, and whether another sidecar is fetching it now. */
+export interface Lookup {
+  entry: Entry | undefined
+  fleetFilling: boolean
+}
+
+/** How often a request waiting for another sidecar's fetch looks for its answer in Redis. */
+export const FLEET_POLL_MS = 50
+
+/** What a request waiting for another's fetch gets: the stored answer, nothing stored, or it left. */
+export type FlightOutcome = Entry | undefined | 'gone'
+
+export interface CachedStatus {
+  maxBytes: number
+  entryMaxBytes: number
+  bytes: number
+  shared: { url: string, up: boolean } | null
+  entries: Array<{ rule: string, path: string, ageSeconds: number, bytes: number, state: 'fresh' | 'stale' }>
+}
+
+export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
+  const memory = createMemoryStore({ clock, maxBytes, onEvict: (entry) => { metrics.cacheEvictions.inc({ rule: entry.rule }) } })
+  metrics.measureCache(() => memory.bytes())
+  const flights = new Map<string, Set<(entry: Entry | undefined) => void>>()
+  let sharedProblem: string | undefined
+
+  function redisFailed (err: unknown, what: string): void {
+    metrics.cacheRedisErrors.inc()
+    const problem = shared?.describe(err) ?? String(err)
+    // Once per kind of failure: a Redis that is down fails every lookup.
+    if (problem !== sharedProblem) log.warn({ reason: problem }, `read cache: ${what} in redis failed; using this sidecar's copies`)
+    sharedProblem = problem
+  }
+
+  /** The stored answer for a request, fresh or stale (none: none usable), and whether the fleet is fetching it. Never fails. */
+  async function find (key: CacheKey, headers: Headers): Promise<Lookup> {
+    const local = memory.get(key.id)
+    const own = local !== undefined && varyMatches(local.vary, headers) ? local : undefined
+    if (shared === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own, fleetFilling: false }
+    let theirs: Entry | undefined
+    let fleetFilling = false
+    try {
+      const found = await shared.get(key.id)
+      theirs = found.entry
+      fleetFilling = found.filling
+      sharedProblem = undefined
+    } catch (err) {
+      redisFailed(err, 'a lookup')
+      return { entry: own, fleetFilling: false }
+    }
+    if (theirs === undefined || !varyMatches(theirs.vary, headers) || !standing(theirs, clock.now()).usable ||
+      (own !== undefined && own.storedAt >= theirs.storedAt)) return { entry: own, fleetFilling }
+    // Another sidecar's newer copy: kept here too, so the next hits need no Redis.
+    memory.set(key.id, theirs)
+    return { entry: theirs, fleetFilling }
+  }
+
+  /**
+   * Waits while another sidecar fetches `key` for the fleet: its fresh answer once it is in
+   * Redis, or nothing when that fetch ends without one (or takes longer than a fetch may).
+   */
+  function awaitFleet (key: CacheKey, headers: Headers, caller: Caller): Promise<FlightOutcome> {
+    const deadline = clock.now() + fillMs
+    return new Promise((resolve) => {
+      let cancel = (): void => {}
+      const left = (): void => {
+        cancel()
+        resolve('gone')
+      }
+      caller.once('close', left)
+      const done = (outcome: FlightOutcome): void => {
+        caller.removeListener('close', left)
+        resolve(outcome)
+      }
+      const look = (): void => {
+        find(key, headers).then(({ entry, fleetFilling }) => {
+          if (entry !== undefined && standing(entry, clock.now()).fresh) done(entry)
+          else if (!fleetFilling || clock.now() >= deadline) done(undefined)
+          else cancel = clock.setTimer(look, FLEET_POLL_MS)
+        }, () => { done(undefined) })
+      }
+      cancel = clock.setTimer(look, FLEET_POLL_MS)
+    })
+  }
+
+  /**
+   * Waits for the fetch in flight for `id`, if there is one (undefined: there is none). A
+   * caller that leaves stops waiting; the fetch goes on for the others.
+   */
+  function join (id: string, caller: Caller): Promise<FlightOutcome> | undefined {
+    const waiting = flights.get(id)
+    if (waiting === undefined) return undefined
+    return new Promise((resolve) => {
+      const left = (): void => {
+        waiting.delete(done)
+        resolve('gone')
+      }
+      const done = (entry: Entry | undefined): void => {
+        caller.removeListener('close', left)
+        resolve(entry)
+      }
+      waiting.add(done)
+      caller.once('close', left)
+    })
+  }
+
+  /**
+   * This request fetches `id` for everyone who asks meanwhile. The returned function ends the
+   * flight (once; later calls do nothing) with the stored answer, or nothing: its waiters then
+   * go on by themselves (each through the budget), as nginx's proxy_cache_lock does.
+   */
+  function lead (id: string): (entry: Entry | undefined) => void {
+    const waiting = new Set<(entry: Entry | undefined) => void>()
+    const mine = !flights.has(id)
+    if (mine) flights.set(id, waiting)
+    // The fleet's other sidecars wait for this fetch too, rather than spend their own budget.
+    const tell = (ms: number): void => { shared?.filling(id, ms).catch((err: unknown) => { redisFailed(err, 'a fetch notice') }) }
+    tell(fillMs)
+    let ended = false
+    return (entry) => {
+      if (ended) return
+      ended = true
+      tell(1)
+      if (mine) flights.delete(id)
+      for (const done of waiting) done(entry)
+    }
+  }
+
+  /** Keeps TI's answer as `decision` allows, here and for the fleet; undefined if it is too large. */
+  function store (key: CacheKey, rule: string, decision: Extract<Decision, { store: true }>,
+    answer: { statusCode: number, headers: Headers, body: Buffer }): Entry | undefined {
+    if (answer.body.length > entryMaxBytes) {
+      notStored(rule, 'too-large')
+      return undefined
+    }
+    const headers: Record<string, string | string[]> = {}
+    for (const [name, value] of Object.entries(answer.headers)) if (value !== undefined && name !== 'age') headers[name] = value
+    const entry: Entry = {
+      status: answer.statusCode,
+      headers,
+      body: answer.body,
+      freshMs: decision.freshMs,
+      staleMs: decision.staleMs,
+      initialAgeMs: decision.initialAgeMs,
+      vary: decision.vary,
+      rule,
+      display: key.display,
+      storedAt: clock.now()
+    }
+    memory.set(key.id, entry)
+    metrics.cacheStores.inc({ rule })
+    shared?.set(key.id, entry).then(() => { sharedProblem = undefined }, (err: unknown) => { redisFailed(err, 'a store') })
+    return entry
+  }
+
+  function notStored (rule: string, why: NotStored): void {
+    metrics.cacheNotStored.inc({ rule, reason: why })
+  }
+
+  /** Answers from `entry`: its status, TI's headers with Age and Cache-Status, and its body (none for HEAD). */
+  function serve (res: ServerResponse, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
+    metrics.cacheRequests.inc({ rule: entry.rule, result })
+    const { ageMs, ttlMs } = standing(entry, clock.now())
+    const headers = {
+      ...entry.headers,
+      age: String(Math.floor(ageMs / 1000)),
+      'cache-status': cacheStatus({ ...params, ttlSeconds: Math.round(ttlMs / 1000) }),
+      'content-length': String(entry.body.length)
+    }
+    try {
+      res.writeHead(entry.status, headers)
+    } catch (err) {
+      res.destroy(err as Error)
+      return
+    }
+    res.end(method === 'HEAD' ? undefined : entry.body)
+  }
+
+  return {
+    find,
+    awaitFleet,
+    join,
+    lead,
+    store,
+    serve,
+    notStored,
+    /** A request that found no usable answer and goes upstream (or is refused). */
+    missed (rule: string): void { metrics.cacheRequests.inc({ rule, result: 'miss' }) },
+    entryMaxBytes,
+    /** Whether an answer is fresh or usable now. */
+    standing: (entry: Entry) => standing(entry, clock.now()),
+    status (): CachedStatus {
+      const now = clock.now()
+      return {
+        maxBytes,
+        entryMaxBytes,
+        bytes: memory.bytes(),
+        shared: shared === undefined ? null : { url: shared.displayUrl, up: shared.up() },
+        entries: memory.entries().map((entry) => {
+          const s = standing(entry, now)
+          return { rule: entry.rule, path: entry.display, ageSeconds: Math.floor(s.ageMs / 1000), bytes: entrySize(entry), state: s.fresh ? 'fresh' : 'stale' }
+        })
+      }
+    },
+    start: async (): Promise<void> => { await shared?.start() },
+    async close (): Promise<void> {
+      for (const waiting of flights.values()) for (const done of waiting) done(undefined)
+      flights.clear()
+      await shared?.close()
+    }
+  }
+}
+
+export type ReadCache = ReturnType<typeof createReadCache>

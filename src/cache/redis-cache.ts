@@ -1,0 +1,67 @@
+// The fleet's copies of cached answers, in the same Redis as the budgets (one catalog fetch
+// serves every sidecar), on a connection of their own. Loaded with a dynamic import() only
+// when RATE_LIMIT_REDIS_URL(_FILE) is set. Every failure here is a miss: the cache is an
+// optimisation, and a sidecar that cannot read Redis goes to its own copies and the budget.
+import { openRedis, type RedisConnectionOptions } from '../quota/redis-client.js'
+import { decodeEntry, encodeEntry, lifetimeMs, type Entry } from './entries.js'
+
+export interface SharedCacheOptions extends RedisConnectionOptions {
+  /** The credential's key prefix (redisKeyPrefix): entries are shared only by sidecars on one credential. */
+  prefix: string
+  now: () => number
+}
+
+export function createSharedCache ({ prefix, now, ...connection }: SharedCacheOptions) {
+  const { client, describe, displayUrl } = openRedis(connection)
+  let lastError: unknown
+  client.on('error', (err) => { lastError = err })
+  const key = (id: string): string => `${prefix}cache:${id}`
+  const fillKey = (id: string): string => `${prefix}cache-fill:${id}`
+  let connecting: Promise<void> | undefined
+
+  return {
+    displayUrl,
+    /**
+     * The fleet's copy under `id` (none: none, or Redis cannot be asked now), and whether a
+     * sidecar is fetching it for the fleet now.
+     */
+    async get (id: string): Promise<{ entry?: Entry, filling: boolean }> {
+      if (client.status !== 'ready') return { filling: false }
+      // One round trip (a pipeline: no MULTI needed): the value, how long its key has left (its
+      // age, on Redis's clock), and how long the fleet's fetch of it may still take.
+      const replies = await client.pipeline().getBuffer(key(id)).pttl(key(id)).pttl(fillKey(id)).exec()
+      for (const [err] of replies ?? []) if (err != null) throw err
+      const value = replies?.[0]?.[1] as Buffer | null | undefined
+      const left = Number(replies?.[1]?.[1])
+      const filling = Number(replies?.[2]?.[1]) > 0
+      const entry = value == null || !(left > 0) ? undefined : decodeEntry(value, left, now())
+      return entry === undefined ? { filling } : { entry, filling }
+    },
+    /** Tells the fleet this sidecar fetches `id` for at most `ms` (or, with 1, that it is done). */
+    async filling (id: string, ms: number): Promise<void> {
+      if (client.status !== 'ready') return
+      await client.set(fillKey(id), '1', 'PX', Math.max(1, Math.round(ms)))
+    },
+    /** Stores `entry` for the fleet, for its whole life (fresh and stale). */
+    async set (id: string, entry: Entry): Promise<void> {
+      if (client.status !== 'ready') return
+      await client.set(key(id), encodeEntry(entry), 'PX', Math.max(1, Math.round(lifetimeMs(entry))))
+    },
+    up: (): boolean => client.status === 'ready',
+    describe,
+    lastError: (): unknown => lastError,
+    /** Connects, for at most the command timeout (at least 1 s); until it is up, every lookup is a miss. Never fails. */
+    async start (): Promise<void> {
+      connecting ??= client.connect().catch(() => {})
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([connecting, new Promise<void>((resolve) => { timer = setTimeout(resolve, Math.max(connection.timeoutMs, 1_000)).unref() })])
+      clearTimeout(timer)
+    },
+    async close (): Promise<void> {
+      client.disconnect()
+      await connecting
+    }
+  }
+}
+
+export type SharedCache = ReturnType<typeof createSharedCache>
