@@ -64,3 +64,22 @@ export function priced (product: Product, currency: string | undefined): Product
   if (currency === undefined) return product
   return { ...product, pricing: product.pricing.filter((p) => p.currency === currency.toUpperCase()) }
 }
+
+/** How many parts the stand-in's full catalog lists: TI's has tens of thousands of orderable parts. */
+export const FULL_CATALOG_PARTS = 4_000
+
+let fullCatalog: Buffer | undefined
+
+/**
+ * The whole catalog, as the product information API's catalog call returns it: every
+ * orderable part (variants of the parts above, numbered), about 4 MB of JSON. Built once.
+ */
+export function fullCatalogBody (): Buffer {
+  fullCatalog ??= Buffer.from(JSON.stringify({
+    products: Array.from({ length: FULL_CATALOG_PARTS }, (_, i) => {
+      const base = CATALOG[i % CATALOG.length] as Product
+      return { ...base, tiPartNumber: `${base.tiPartNumber}-V${i}`, quantity: (base.quantity + i * 37) % 100_000 }
+    })
+  }))
+  return fullCatalog
+}

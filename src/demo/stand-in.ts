@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { TOKEN_PATH } from '../token/token-client.js'
-import { CATALOG, findProduct, priced } from './catalog.js'
+import { CATALOG, findProduct, fullCatalogBody, priced } from './catalog.js'
 
 /**
  * A stand-in for TI's OAuth API and store API, enforcing the token contract the
@@ -116,6 +116,9 @@ export function createStandIn (options: StandInOptions): StandIn {
     store.get<{ Querystring: { currency?: string } }>('/v2/store/products', async (request) => ({
       products: CATALOG.map((p) => priced(p, request.query.currency))
     }))
+
+    // The catalog TI allows once per 4 hours (the read cache's case): realistic in size.
+    store.get('/v2/store/products/catalog', async (_request, reply) => reply.type('application/json').send(fullCatalogBody()))
 
     store.get<{ Params: { partNumber: string }, Querystring: { currency?: string } }>(
       '/v2/store/products/:partNumber', async (request, reply) => {

@@ -40,33 +40,7 @@ export interface RateLimitConfig {
 /** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
 export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFileSync, problems: string[]): RateLimitConfig | undefined {
   const before = problems.length
-  const inline = raw.RATE_LIMITS
-  const file = raw.RATE_LIMITS_FILE
-  let rules: Rule[] = []
-  let rulesSource: string | undefined
-  if (inline !== undefined && inline.trim() !== '' && file !== undefined && file !== '') {
-    problems.push('RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both')
-  } else if (file !== undefined && file !== '') {
-    let text: string | undefined
-    try {
-      text = readFile(file)
-    } catch (err) {
-      problems.push(err instanceof SecretFileError
-        ? `RATE_LIMITS_FILE: ${err.message}`
-        : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
-    }
-    if (text !== undefined) {
-      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`, { fromFile: true })
-      rules = parsed.rules
-      problems.push(...parsed.problems)
-      rulesSource = `RATE_LIMITS_FILE (${file})`
-    }
-  } else if (inline !== undefined && inline.trim() !== '') {
-    const parsed = parseRules(inline, 'RATE_LIMITS')
-    rules = parsed.rules
-    problems.push(...parsed.problems)
-    rulesSource = 'RATE_LIMITS'
-  }
+  const { rules, rulesSource } = readRules(raw, readFile, problems)
 
   let redisUrl: string | undefined
   let redisUrlSource: string | undefined
@@ -120,6 +94,38 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
     cacheMaxBytes: raw.CACHE_MAX_BYTES,
     cacheEntryMaxBytes: raw.CACHE_ENTRY_MAX_BYTES
   })
+}
+
+/** RATE_LIMITS or RATE_LIMITS_FILE (not both): the rules, and where they came from. */
+function readRules (raw: RawEnv, readFile: ReadFileSync, problems: string[]): { rules: Rule[], rulesSource: string | undefined } {
+  const inline = raw.RATE_LIMITS
+  const file = raw.RATE_LIMITS_FILE
+  let rules: Rule[] = []
+  let rulesSource: string | undefined
+  if (inline !== undefined && inline.trim() !== '' && file !== undefined && file !== '') {
+    problems.push('RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both')
+  } else if (file !== undefined && file !== '') {
+    let text: string | undefined
+    try {
+      text = readFile(file)
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMITS_FILE: ${err.message}`
+        : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+    if (text !== undefined) {
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`, { fromFile: true })
+      rules = parsed.rules
+      problems.push(...parsed.problems)
+      rulesSource = `RATE_LIMITS_FILE (${file})`
+    }
+  } else if (inline !== undefined && inline.trim() !== '') {
+    const parsed = parseRules(inline, 'RATE_LIMITS')
+    rules = parsed.rules
+    problems.push(...parsed.problems)
+    rulesSource = 'RATE_LIMITS'
+  }
+  return { rules, rulesSource }
 }
 
 /**
