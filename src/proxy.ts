@@ -15,7 +15,7 @@ import type { QuotaGuard, Ticket, Verdict } from './quota/guard.js'
 import type { CacheOption, Rule } from './quota/rules.js'
 import type { Entry } from './cache/entries.js'
 import { fillAnswered, fillFailed, fillHeld, fillHolds, type Fill, type Serve } from './cache/fill.js'
-import { asksForFresh, cacheKey, requestCacheable, type StatusParams } from './cache/policy.js'
+import { asksForFresh, cacheKey, requestCacheable, varyMatches, type StatusParams } from './cache/policy.js'
 import type { CacheResult, ReadCache } from './cache/read-cache.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
@@ -255,7 +255,8 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     if (other !== undefined) {
       const outcome = await other
       if (outcome === 'gone' || callerGone(request)) return
-      if (outcome !== undefined) {
+      // The fetch it waited for was another caller's: its answer is this one's only if TI's Vary agrees.
+      if (outcome !== undefined && varyMatches(outcome.vary, request.headers)) {
         const current = readCache.standing(outcome).fresh
         serveCached(reply, outcome, request.method, { hit: true, detail: current ? 'coalesced' : 'stale-error' }, current ? 'coalesced' : 'stale')
         return
@@ -331,7 +332,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, reply.raw, {
       answer: (statusCode, answerHeaders) => {
         quota.answered(rule, { statusCode, headers: answerHeaders })
-        if (fill !== null && cache !== undefined) fillAnswered(cache, fill, reply.raw, statusCode, answerHeaders)
+        if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
         (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)),

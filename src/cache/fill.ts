@@ -2,10 +2,9 @@
 // caller's answer: whether TI's answer may be stored, what the caller is told in Cache-Status,
 // and when a stored answer stands in for TI's failure (RFC 5861's stale-if-error). Everyone
 // waiting for the fill gets its outcome through `settle`, whatever became of its own caller.
-import type { ServerResponse } from 'node:http'
 import type { CacheOption, Rule } from '../quota/rules.js'
 import type { Entry } from './entries.js'
-import { cacheStatus, decide, type CacheKey, type Decision, type StatusParams } from './policy.js'
+import { cacheStatus, decide, withUpstream, type CacheKey, type Decision, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
 
 type Headers = Record<string, string | string[] | undefined>
@@ -24,20 +23,26 @@ export interface Fill {
   /** Ends the flight: its waiters get the stored answer, or go on by themselves (a HEAD leads none). */
   readonly settle: (entry: Entry | undefined) => void
   decision: Decision | undefined
+  /** TI's own Cache-Status (a cache on its side), kept apart from the one added for a pass-through. */
+  upstreamStatus?: string | string[]
 }
 
 /** Serves a stored answer to one caller (the proxy hijacks its reply first). */
 export type Serve = (entry: Entry, params: StatusParams, result: CacheResult) => void
 
-/** TI's status line and headers arrived: decide whether the answer will be stored, and label a pass-through. */
-export function fillAnswered (cache: ReadCache, fill: Fill, res: ServerResponse, statusCode: number, headers: Headers): void {
+/** TI's status line and headers arrived: decide whether the answer will be stored, and label them for a pass-through. */
+export function fillAnswered (cache: ReadCache, fill: Fill, statusCode: number, headers: Headers): void {
   const decision = fill.method === 'GET' ? decide(fill.rule.cache, fill.path, fill.requestHeaders, statusCode, headers) : undefined
   fill.decision = decision
   if (decision !== undefined && !decision.store && decision.why !== 'status') cache.notStored(fill.rule.id, decision.why)
   // What the caller sees if the answer is passed on as it comes: not stored, and why (a
   // storable one is passed on only if it outgrows CACHE_ENTRY_MAX_BYTES).
   const detail = decision === undefined || (!decision.store && decision.why === 'status') ? undefined : decision.store ? 'too-large' : decision.why
-  res.setHeader('cache-status', cacheStatus({ fwd: fill.fwd, fwdStatus: statusCode, ...(detail === undefined ? {} : { detail }) }))
+  // Ours first, before any cache's on TI's side (RFC 9211 §2): written with TI's headers.
+  const upstream = headers['cache-status']
+  if (upstream === undefined) delete fill.upstreamStatus
+  else fill.upstreamStatus = upstream
+  headers['cache-status'] = withUpstream(cacheStatus({ fwd: fill.fwd, fwdStatus: statusCode, ...(detail === undefined ? {} : { detail }) }), headers['cache-status'])
 }
 
 /** How much of TI's answer to hold back whole: all of a storable one, or a failure a stored answer may replace. */
@@ -55,7 +60,9 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
   serve: Serve | undefined): boolean {
   const decision = fill.decision
   if (decision?.store === true && answer.statusCode === 200) {
-    const entry = cache.store(fill.key, fill.rule.id, decision, answer)
+    // Stored as TI sent it: its own Cache-Status only (ours is added each time it is served).
+    const { 'cache-status': _ours, ...headers } = answer.headers
+    const entry = cache.store(fill.key, fill.rule.id, decision, { ...answer, headers: { ...headers, 'cache-status': fill.upstreamStatus } })
     fill.settle(entry)
     if (entry === undefined) return false
     serve?.(entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')

@@ -103,7 +103,8 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
   if (!policy.storable()) return { store: false, why: 'no-store' }
   const initialAgeMs = Math.max(0, Math.round(Number(headerValue(answerHeaders.age)) * 1000) || 0)
   const explicit = cc.has('s-maxage') || cc.has('max-age') || answerHeaders.expires !== undefined
-  const tiFreshMs = explicit ? Math.max(0, Math.round((policy.maxAge() - policy.age()) * 1000)) : Infinity
+  // Freshness left on arrival: TI's lifetime less the age it gave (RFC 9111 §4.2.3; no time has passed here yet).
+  const tiFreshMs = explicit ? Math.max(0, Math.round(policy.maxAge() * 1000) - initialAgeMs) : Infinity
   const freshMs = Math.min(option.freshMs, tiFreshMs)
   const staleMs = cc.has('must-revalidate') || cc.has('proxy-revalidate') ? 0 : option.staleMs
   if (freshMs <= 0 && staleMs <= 0) return { store: false, why: 'expired' }
@@ -139,4 +140,10 @@ export function cacheStatus ({ hit, fwd, fwdStatus, stored, ttlSeconds, detail }
   if (ttlSeconds !== undefined) value += `; ttl=${ttlSeconds}`
   if (detail !== undefined) value += `; detail=${detail}`
   return value
+}
+
+/** A Cache-Status value with the ones TI's side sent after it (RFC 9211 §2: the one nearest the caller first). */
+export function withUpstream (ours: string, theirs: Headers[string]): string {
+  if (theirs === undefined) return ours
+  return [ours, ...(Array.isArray(theirs) ? theirs : [theirs])].join(', ')
 }

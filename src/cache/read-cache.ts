@@ -10,7 +10,7 @@ import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { Caller } from '../quota/guard.js'
 import { createMemoryStore, entrySize, standing, type Entry } from './entries.js'
-import { cacheStatus, varyMatches, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
+import { cacheStatus, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
 import type { SharedCache } from './redis-cache.js'
 
 type Headers = Record<string, string | string[] | undefined>
@@ -198,7 +198,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     const headers = {
       ...entry.headers,
       age: String(Math.floor(ageMs / 1000)),
-      'cache-status': cacheStatus({ ...params, ttlSeconds: Math.round(ttlMs / 1000) }),
+      'cache-status': withUpstream(cacheStatus({ ...params, ttlSeconds: Math.round(ttlMs / 1000) }), entry.headers['cache-status']),
       'content-length': String(entry.body.length)
     }
     try {

@@ -11,7 +11,14 @@ export interface SharedCacheOptions extends RedisConnectionOptions {
   now: () => number
 }
 
-export function createSharedCache ({ prefix, now, ...connection }: SharedCacheOptions) {
+/**
+ * The least time a lookup or store in Redis is given: an entry may be megabytes (a budget
+ * check's RATE_LIMIT_REDIS_TIMEOUT_MS is for a few bytes). A slower one is a miss.
+ */
+export const CACHE_REDIS_TIMEOUT_MS = 1_000
+
+export function createSharedCache ({ prefix, now, ...options }: SharedCacheOptions) {
+  const connection = { ...options, timeoutMs: Math.max(options.timeoutMs, CACHE_REDIS_TIMEOUT_MS) }
   const { client, describe, displayUrl } = openRedis(connection)
   let lastError: unknown
   client.on('error', (err) => { lastError = err })

@@ -188,3 +188,29 @@ t.test('/status lists the entries without query values; a request with a Cookie 
   t.equal(cookie.headers['cache-status'], undefined)
   t.equal(ti.received.length, 2)
 })
+
+t.test('concurrent misses that TI\'s Vary tells apart never get each other\'s answer, though they waited for one fetch', async (t) => {
+  const ti = await startTi(t)
+  ti.answer((req) => ({ status: 200, headers: { vary: 'X-Tenant' }, body: `for ${String(req.headers['x-tenant'])}` }))
+  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  ti.hold()
+  const one = s.get('/v2/store/a', { 'x-tenant': 'one' })
+  await eventuallyWaiting(t, ti, 1)
+  const two = s.get('/v2/store/a', { 'x-tenant': 'two' })
+  await eventuallyInFlight(t, s, 2)
+  // The second waits for the first's fetch; TI's Vary says that answer is not its own, so it asks TI itself.
+  ti.release()
+  t.equal((await one).body, 'for one')
+  t.equal((await two).body, 'for two')
+  t.equal(ti.received.length, 2)
+})
+
+t.test('a Cache-Status from TI\'s side is kept, after the sidecar\'s own', async (t) => {
+  const ti = await startTi(t)
+  ti.answer(json('{}', { 'cache-status': 'EdgeCDN; fwd=uri-miss' }))
+  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  t.equal((await s.get('/v2/store/a')).headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; stored; ttl=3600, EdgeCDN; fwd=uri-miss')
+  t.equal((await s.get('/v2/store/a')).headers['cache-status'], 'store-auth-proxy; hit; ttl=3600, EdgeCDN; fwd=uri-miss')
+  ti.answer(json('{}', { 'cache-status': 'EdgeCDN; hit', 'cache-control': 'no-store' }))
+  t.equal((await s.get('/v2/store/b')).headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; detail=no-store, EdgeCDN; hit')
+})

@@ -68,3 +68,29 @@ t.test('Redis gone: no caller fails; copies held stay served; a miss goes to the
   t.equal(ti.received.length, 1)
   await redis.start()
 })
+
+t.test('Redis restarted empty, or frozen, while answers are cached: copies held are served, nobody waits long, TI sees no extra call', async (t) => {
+  const redis = await startRedis(t)
+  const { ti, sidecars: [a, b, c] } = await fleet(t, redis.url)
+  t.equal((await a!.get(CATALOG)).status, 200)
+  t.match((await b!.get(CATALOG)).headers['cache-status'], '; hit', 'b holds a copy from Redis')
+
+  await redis.restart({ withData: false })
+  const fromMemory = await a!.get(CATALOG)
+  t.equal(fromMemory.status, 200)
+  t.match(fromMemory.headers['cache-status'], '; hit')
+  // c never held a copy: its miss goes to the guard, which refuses while the fleet's tally
+  // cannot be trusted (Redis lost its data) — never a second call to TI.
+  const lost = await c!.get(CATALOG)
+  t.equal(lost.status, 429)
+  t.equal(ti.received.length, 1)
+
+  redis.freeze()
+  t.teardown(() => { redis.thaw() })
+  const started = performance.now()
+  const frozen = await Promise.all([a!.get(CATALOG), b!.get(CATALOG), c!.get(CATALOG)])
+  t.same(frozen.map((r) => r.status), [200, 200, 429], 'copies held answer; a miss is refused, not hung')
+  t.ok(performance.now() - started < 5_000, 'nobody waited on the frozen Redis for long')
+  redis.thaw()
+  t.equal(ti.received.length, 1)
+})

@@ -45,6 +45,8 @@ const RUNS_FLOOR = 2
 const GROUP_TIME_LIMIT_MS = Number(process.env.QUOTA_MODEL_TIME_LIMIT_MS ?? 35_000)
 /** Calls that G2 held to be sent, over the file: fewer means the healthy state was never reached. */
 const LIVENESS_FLOOR = 10
+/** Calls the read cache answered fresh, over the file: fewer means the cache was never exercised. */
+const CACHE_FLOOR = 3
 
 t.setTimeout(Math.max(180_000, 5 * GROUP_TIME_LIMIT_MS))
 
@@ -54,6 +56,8 @@ let livenessLate = 0
 let recoveriesLate = 0
 let runs = 0
 let failures = 0
+let cacheFresh = 0
+let cacheStale = 0
 
 for (const [g, featured] of GROUPS.entries()) {
   if (ONLY_GROUP !== undefined && ONLY_GROUP !== g) continue
@@ -69,6 +73,8 @@ for (const [g, featured] of GROUPS.entries()) {
       livenessChecked += report.livenessChecked
       livenessLate += report.livenessLate
       if (report.recoveryLate) recoveriesLate += 1
+      cacheFresh += report.cacheFresh
+      cacheStale += report.cacheStale
       if (report.violation !== undefined) lastFailing = report
       if (report.violation !== undefined) throw new Error(`${report.violation.check}: ${report.violation.message}`)
     })
@@ -101,7 +107,7 @@ for (const [g, featured] of GROUPS.entries()) {
 }
 
 t.test('the runs covered every fault kind and reached the healthy state', async (t) => {
-  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a late Redis answer); recovery not judged in ${recoveriesLate} (late Redis); faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
+  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a late Redis answer); recovery not judged in ${recoveriesLate} (late Redis); read cache: ${cacheFresh} fresh, ${cacheStale} stale; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
   if (ONLY_GROUP !== undefined || failures > 0) {
     // A failed property stops its runs early; its failure is the finding.
     t.pass('coverage not judged: a single group replayed, or a property failed')
@@ -109,4 +115,5 @@ t.test('the runs covered every fault kind and reached the healthy state', async 
   }
   t.same(FAULT_KINDS.filter((k) => (seen.get(k) ?? 0) === 0), [], 'every fault kind occurred in some run')
   t.ok(livenessChecked >= LIVENESS_FLOOR, `G2 held ${livenessChecked} calls to be sent (floor ${LIVENESS_FLOOR})`)
+  t.ok(cacheFresh >= CACHE_FLOOR, `the read cache answered ${cacheFresh} calls, each checked to reach nobody (floor ${CACHE_FLOOR})`)
 })

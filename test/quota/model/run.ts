@@ -8,7 +8,10 @@
 //       that reached nobody spent nothing;
 //   G3  every caller answered: a status line, within HANG_MS, never a reset;
 //   cool-down: a sidecar that learned of TI's cool-down (its own 429 from TI, or a
-//       cool-down refusal it answered) sends nothing of that rule until it ends.
+//       cool-down refusal it answered) sends nothing of that rule until it ends;
+//   cache: an answer from the read cache (`Cache-Status: ...; hit` without `fwd=`) is zero
+//       sends (its call never reaches the upstream), and every cached answer carries the
+//       bytes TI gave to a real fetch of that path (a stored one: its own fetch's).
 import { RECONNECT_MAX_MS } from '../../../src/quota/redis-client.js'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -34,7 +37,7 @@ export const HANG_MS = 10 * REDIS_TIMEOUT_MS + 1500
 /** "Connected for a few heartbeats". */
 const SETTLED_MS = 3 * QUOTA_TIMING.heartbeatMs
 
-export interface Violation { check: 'G1' | 'G2' | 'G3' | 'cool-down', message: string }
+export interface Violation { check: 'G1' | 'G2' | 'G3' | 'cool-down' | 'cache', message: string }
 
 export interface RunReport {
   violation: Violation | undefined
@@ -49,6 +52,9 @@ export interface RunReport {
   livenessLate: number
   /** The recovery tail was not judged: Redis answered late on a loaded machine. */
   recoveryLate: boolean
+  /** Calls the read cache answered: fresh (zero sends, checked), and stale (standing in for a refusal or TI's failure). */
+  cacheFresh: number
+  cacheStale: number
   trace: string[]
 }
 
@@ -74,7 +80,7 @@ interface Learned { rule: number, from: number, until: number, how: string }
 /** One schedule against one fleet; stops at the first violation. */
 export async function runSchedule (config: FleetConfig, schedule: Command[], runId = 'run'): Promise<RunReport> {
   const scope = runScope()
-  const report: RunReport = { violation: undefined, kinds: new Set(), calls: 0, steps: 0, livenessChecked: 0, livenessLate: 0, recoveryLate: false, trace: [] }
+  const report: RunReport = { violation: undefined, kinds: new Set(), calls: 0, steps: 0, livenessChecked: 0, livenessLate: 0, recoveryLate: false, cacheFresh: 0, cacheStale: 0, trace: [] }
   try {
     const fleet = await startFleet(scope, config.size, { RATE_LIMITS: rateLimitsOf(config.rules), ...config.env })
     await drive(fleet, config, schedule, runId, report)
@@ -238,6 +244,8 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     if (sidecar === undefined) return
     const rule = ruleIndexOf(rules, c.path)
     const id = `${runId}.${++seq}.${s}.${c.path}`
+    // TI's answer names the fetch it answered: a cached answer must carry some real fetch's bytes.
+    if (c.path === 'cached') fleet.upstream.plan(id, { status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ from: id }) })
     if (c.retryAfterS !== undefined) {
       fleet.upstream.plan(id, { status: 429, headers: { 'retry-after': String(c.retryAfterS), 'content-type': 'application/json' }, body: '{"fault":{"faultstring":"Rate limit exceeded"}}' })
     }
@@ -257,9 +265,13 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
         throw new ViolationError({ check: 'G3', message: `call ${id}: ${what}, ${Math.round(elapsed)} ms (at most ${HANG_MS})` })
       }
     }
+    const fromCache = checkCached(id, c.path, result, arrival !== undefined)
+    if (fromCache === 'fresh') report.cacheFresh += 1
+    if (fromCache === 'stale') report.cacheStale += 1
     if (live) {
       report.livenessChecked += 1
-      if (result.status !== 200 || arrival === undefined) {
+      // With room, a call is sent, or (a cached rule) answered by a fresh stored answer.
+      if (result.status !== 200 || (arrival === undefined && fromCache !== 'fresh')) {
         // The spec's healthy state needs Redis answering in time: a sidecar whose Redis
         // command took longer than RATE_LIMIT_REDIS_TIMEOUT_MS during this very call (a
         // loaded machine) is degraded by definition, and says so in /status.
@@ -292,6 +304,22 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     if (knew !== undefined && arrival !== undefined) {
       throw new ViolationError({ check: 'cool-down', message: `sidecar ${s} sent ${id} at ${rel(arrival.at)}, inside the cool-down it learned from ${knew.how} (until ${rel(knew.until)})` })
     }
+  }
+
+  /** The cache check for one call; how the read cache answered it (`fresh`, `stale`, or not at all). */
+  const checkCached = (id: string, path: PathKind, result: CallResult, arrived: boolean): 'fresh' | 'stale' | undefined => {
+    const status = String(result.headers['cache-status'] ?? '')
+    const hit = /; hit\b/.test(status)
+    if (hit && !/fwd=/.test(status) && arrived) throw new ViolationError({ check: 'cache', message: `call ${id} answered from the cache (${status}) also reached the upstream` })
+    if (path !== 'cached' || result.status !== 200) return hit ? 'stale' : undefined
+    const from = /^\{"from":"([^"]+)"\}$/.exec(result.body)?.[1]
+    const source = from === undefined ? undefined : fleet.upstream.arrivals.find((a) => a.id === from)
+    if (source === undefined || !from?.endsWith('.cached')) {
+      throw new ViolationError({ check: 'cache', message: `call ${id} (${status}) got bytes no fetch of that path was given: ${result.body.slice(0, 120)}` })
+    }
+    if (/; stored\b/.test(status) && from !== id) throw new ViolationError({ check: 'cache', message: `call ${id} fetched and stored, but got ${from}'s answer` })
+    if (!hit) return undefined
+    return /detail=(stale|no-refresh)/.test(status) || /ttl=-/.test(status) ? 'stale' : 'fresh'
   }
 
   const heal = async (): Promise<void> => {

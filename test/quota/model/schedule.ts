@@ -7,6 +7,8 @@ export const PATHS = {
   catalog: '/v2/store/products/catalog',
   item: '/v2/store/products/42',
   orders: '/v2/store/orders',
+  /** Under a rule with cache= (the read cache): a hit reaches nobody. */
+  cached: '/v2/store/products/list',
   /** Under no rule. */
   free: '/v2/other'
 } as const
@@ -19,6 +21,8 @@ export interface RuleModel {
   /** The paths whose FIRST matching rule this is (the sidecar's first-match semantics). */
   paths: PathKind[]
   limits: LimitModel[]
+  /** The read cache's options, as written after the limits (`cache=600ms stale=3s`). */
+  cache?: string
 }
 
 export interface FleetConfig {
@@ -29,12 +33,16 @@ export interface FleetConfig {
 }
 
 export const rateLimitsOf = (rules: RuleModel[]): string =>
-  rules.map((r) => `${r.rule} ${r.limits.map((l) => `${l.n}/${l.windowMs}ms`).join(' ')}`).join('; ')
+  rules.map((r) => `${r.rule} ${r.limits.map((l) => `${l.n}/${l.windowMs}ms`).join(' ')}${r.cache === undefined ? '' : ` ${r.cache}`}`).join('; ')
 
-/** The rules of the generated runs: a tiny rule (share 0 across 2–3 sidecars) and a rule of two limits. */
+/**
+ * The rules of the generated runs: a tiny rule (share 0 across 2–3 sidecars), a cached rule
+ * (its hits must reach nobody, its stale answers stand in for refusals) and a rule of two limits.
+ */
 export const MODEL_FLEET: Omit<FleetConfig, 'size'> = {
   rules: [
     { rule: 'GET /v2/store/products/catalog', paths: ['catalog'], limits: [{ n: 1, windowMs: 2000 }] },
+    { rule: 'GET /v2/store/products/list', paths: ['cached'], limits: [{ n: 2, windowMs: 2000 }], cache: 'cache=600ms stale=3s' },
     { rule: 'GET /v2/store/**', paths: ['item', 'orders'], limits: [{ n: 4, windowMs: 1000 }, { n: 6, windowMs: 2000 }] }
   ],
   // Cool-downs on: TI's 429 is one of the generated faults.
@@ -83,16 +91,16 @@ const sidecarArb = (size: number): fc.Arbitrary<number> => fc.integer({ min: 0, 
 const callArb = (size: number): fc.Arbitrary<Command> => fc.record({
   op: fc.constant('call' as const),
   s: sidecarArb(size),
-  path: fc.constantFrom<PathKind>('catalog', 'item', 'item', 'orders', 'free')
+  path: fc.constantFrom<PathKind>('catalog', 'item', 'item', 'orders', 'cached', 'cached', 'free')
 })
 
 /** One command of the kind named, with generated details. */
 export function commandOf (kind: FaultKind, size: number): fc.Arbitrary<Command> {
   switch (kind) {
     case 'ti429':
-      return fc.record({ op: fc.constant('call' as const), s: sidecarArb(size), path: fc.constantFrom<PathKind>('catalog', 'item', 'orders'), retryAfterS: fc.integer({ min: 1, max: 2 }) })
+      return fc.record({ op: fc.constant('call' as const), s: sidecarArb(size), path: fc.constantFrom<PathKind>('catalog', 'item', 'orders', 'cached'), retryAfterS: fc.integer({ min: 1, max: 2 }) })
     case 'callerLeaves':
-      return fc.record({ op: fc.constant('call' as const), s: sidecarArb(size), path: fc.constantFrom<PathKind>('catalog', 'item', 'orders'), leaveAfterMs: fc.integer({ min: 0, max: 30 }) })
+      return fc.record({ op: fc.constant('call' as const), s: sidecarArb(size), path: fc.constantFrom<PathKind>('catalog', 'item', 'orders', 'cached'), leaveAfterMs: fc.integer({ min: 0, max: 30 }) })
     case 'slow':
       return fc.integer({ min: 150, max: 600 }).map((ms): Command => ({ op: 'slow', ms }))
     case 'stall':
