@@ -95,10 +95,12 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
   if (varyNames.includes('*')) return { store: false, why: 'vary' }
   // The request TI answered, as the cache sees it: the caller's headers (the sidecar's own
   // Authorization is what makes it TI's answer to us; the key carries the credential).
+  // http-cache-semantics reads each field as one string: a repeated field is joined as HTTP
+  // joins it (RFC 9110 §5.3), never passed as a list.
   const { authorization: _ours, ...callerHeaders } = requestHeaders
   const policy = new CachePolicy(
-    { method: 'GET', url: path, headers: callerHeaders },
-    { status: statusCode, headers: answerHeaders },
+    { method: 'GET', url: path, headers: joined(callerHeaders) },
+    { status: statusCode, headers: joined(answerHeaders) },
     { shared: true, cacheHeuristic: 0 })
   if (!policy.storable()) return { store: false, why: 'no-store' }
   const initialAgeMs = Math.max(0, Math.round(Number(headerValue(answerHeaders.age)) * 1000) || 0)
@@ -112,6 +114,12 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
     .filter((n) => !(KEYED_HEADERS as readonly string[]).includes(n))
     .map((n) => [n, headerValue(requestHeaders[n])] as const)
   return { store: true, freshMs, staleMs, initialAgeMs, vary }
+}
+
+function joined (headers: Headers): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const [name, value] of Object.entries(headers)) if (value !== undefined) out[name] = headerValue(value)
+  return out
 }
 
 /** Whether a stored answer's Vary headers match a request's. */

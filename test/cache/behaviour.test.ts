@@ -214,3 +214,16 @@ t.test('a Cache-Status from TI\'s side is kept, after the sidecar\'s own', async
   ti.answer(json('{}', { 'cache-status': 'EdgeCDN; hit', 'cache-control': 'no-store' }))
   t.equal((await s.get('/v2/store/b')).headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; detail=no-store, EdgeCDN; hit')
 })
+
+// Found by test/generative/cache.test.ts (seed 20261123): a repeated Cache-Control reached
+// http-cache-semantics as a list, it threw, and the caller got a 502 for TI's 200.
+t.test('counterexample: TI repeats Cache-Control (`v`, `v`): its 200 is passed on and stored', async (t) => {
+  const ti = await startTi(t)
+  ti.answer(() => ({ status: 200, headers: { 'cache-control': ['v', 'v'] }, body: catalogBody(65_532) }))
+  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  const first = await s.get('/v2/store/a')
+  t.equal(first.status, 200)
+  t.equal(first.body, catalogBody(65_532))
+  t.equal(first.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; stored; ttl=3600')
+  t.match((await s.get('/v2/store/a')).headers['cache-status'], '; hit')
+})

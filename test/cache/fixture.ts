@@ -17,7 +17,7 @@ const STEP_MS = 4 * 60_000
 
 export interface TiAnswer {
   status: number
-  headers?: Record<string, string>
+  headers?: Record<string, string | string[]>
   body: string | Buffer
   /** Send the head and this many bytes of the body, then cut the connection. */
   cutAfter?: number

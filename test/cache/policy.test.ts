@@ -119,3 +119,9 @@ t.test('the memory store: bounded by bytes, least recently used evicted, entries
   t.equal(store.bytes(), 2 * size)
   t.same(evicted, ['b'], 'an entry that lapsed is not an eviction')
 })
+
+t.test('decide: repeated fields (lists from the parser) are read joined, as HTTP joins them', async (t) => {
+  t.same(decide(option, '/p', { accept: ['a', 'b'] }, 200, { 'cache-control': ['public', 'max-age=60'], vary: ['Accept', 'X-T'] }),
+    { store: true, freshMs: 60_000, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [['x-t', '']] })
+  t.same(decide(option, '/p', {}, 200, { 'cache-control': ['v', 'no-store'] }), { store: false, why: 'no-store' })
+})
