@@ -151,7 +151,9 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     redisUrlSource: undefined,
     redisUrlFile: undefined,
     redisTimeoutMs: 200,
-    fleetSize: 0
+    fleetSize: 0,
+    cacheMaxBytes: 32 * 1024 * 1024,
+    cacheEntryMaxBytes: 8 * 1024 * 1024
   })
   const secret = 'Sup3rRedisPass'
   for (const [url, problem] of [
