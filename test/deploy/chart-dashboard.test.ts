@@ -2,7 +2,8 @@
 // and alerts (templates/prometheusrule.yaml): valid dashboard JSON with the panels ops
 // need, and every metric and label their queries name is one a running sidecar exports
 // (scraped from /metrics of a sidecar built in-process with the process metrics on, and
-// with a quota rule, a real Redis and an upstream that rate-limits one path).
+// with a quota rule, a real Redis and an upstream that rate-limits one path, and a cached
+// rule whose answers are stored, hit, refused storage and evicted).
 import { readFileSync } from 'node:fs'
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -41,6 +42,12 @@ const EXPORTED: Record<string, string[]> = {
   store_auth_proxy_rate_limit_backend: ['backend'],
   store_auth_proxy_rate_limit_redis_up: [],
   store_auth_proxy_rate_limit_redis_fallbacks_total: [],
+  store_auth_proxy_cache_requests_total: ['rule', 'result'],
+  store_auth_proxy_cache_stores_total: ['rule'],
+  store_auth_proxy_cache_not_stored_total: ['rule', 'reason'],
+  store_auth_proxy_cache_evictions_total: ['rule'],
+  store_auth_proxy_cache_bytes: [],
+  store_auth_proxy_cache_redis_errors_total: [],
   process_resident_memory_bytes: [],
   process_cpu_seconds_total: [],
   nodejs_heap_size_used_bytes: [],
@@ -123,7 +130,10 @@ t.test('the dashboard is Grafana dashboard JSON with the panels ops need', async
     ['cool-downs left by rule', /max by \(rule\) \(store_auth_proxy_rate_limit_cooldown_until_seconds\{[^}]*\} > 0\) - time\(\)/],
     ['the quota backend', /sum by \(backend\) \(store_auth_proxy_rate_limit_backend/],
     ['Redis health', /store_auth_proxy_rate_limit_redis_up/],
-    ['fallbacks to memory', /increase\(store_auth_proxy_rate_limit_redis_fallbacks_total/]
+    ['fallbacks to memory', /increase\(store_auth_proxy_rate_limit_redis_fallbacks_total/],
+    ['cache answers by rule and result (hit, coalesced, stale, miss)', /sum by \(rule, result\) \(rate\(store_auth_proxy_cache_requests_total/],
+    ['cache stores, answers not stored by reason, evictions', /store_auth_proxy_cache_stores_total[^]*sum by \(rule, reason\) \(increase\(store_auth_proxy_cache_not_stored_total[^]*store_auth_proxy_cache_evictions_total/],
+    ['cache bytes held', /store_auth_proxy_cache_bytes/]
   ]
   for (const [what, pattern] of needs) t.match(exprs, pattern, what)
 })
@@ -151,6 +161,11 @@ t.test('a running sidecar exports every metric and label the queries name', asyn
   const upstream = createServer((req, res) => {
     if (req.url === '/v2/store/products/catalog') {
       res.writeHead(429, { 'retry-after': '60', 'content-type': 'application/json' }).end('{"fault":{}}')
+    } else if (req.url === '/v2/store/products/personal') {
+      res.writeHead(200, { 'cache-control': 'private', 'content-type': 'application/json' }).end('{}')
+    } else if (req.url?.startsWith('/v2/store/products/large-') === true) {
+      // Two of these fill the 64 KiB cache: the second evicts the first.
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ filler: 'x'.repeat(40_000) }))
     } else {
       req.pipe(createProxyTo(standIn.url, req, res))
     }
@@ -161,8 +176,10 @@ t.test('a running sidecar exports every metric and label the queries name', asyn
   const { proxyUrl, adminUrl } = await build(t, {
     AUTH_URL: standIn.url,
     UPSTREAM_URL: upstreamUrl,
-    RATE_LIMITS: 'GET /v2/store/products/catalog 1/4h',
-    RATE_LIMIT_REDIS_URL: redis.url
+    RATE_LIMITS: 'GET /v2/store/products/catalog 1/4h; GET /v2/store/products/* 100/1s cache=1m stale=1h',
+    RATE_LIMIT_REDIS_URL: redis.url,
+    CACHE_MAX_BYTES: '65536',
+    CACHE_ENTRY_MAX_BYTES: '65536'
     // A Redis tally younger than the grace holds budgets for a few seconds (docs/quota-guard.md): none here.
   }, { defaultMetrics: true, quotaTiming: { freshGraceMs: 0 } })
   // Traffic that creates the labelled series: a proxied answer, and one the sidecar makes itself.
@@ -172,6 +189,17 @@ t.test('a running sidecar exports every metric and label the queries name', asyn
   t.equal((await request(proxyUrl + '/v2/store/products/catalog')).statusCode, 429)
   const refused = await request(proxyUrl + '/v2/store/products/catalog')
   t.match(await refused.body.json(), { error: 'UPSTREAM_RATE_LIMITED' })
+  // The read cache's series: the answer stored above asked for again, one TI marks private,
+  // an eviction.
+  const cacheStatus = async (path: string): Promise<string> => {
+    const answer = await request(proxyUrl + path)
+    await answer.body.dump()
+    return String(answer.headers['cache-status'])
+  }
+  t.match(await cacheStatus('/v2/store/products/LM358BIDR'), /; hit/)
+  t.match(await cacheStatus('/v2/store/products/personal'), /detail=private/)
+  t.match(await cacheStatus('/v2/store/products/large-1'), /stored/)
+  t.match(await cacheStatus('/v2/store/products/large-2'), /stored/)
   const text = await (await request(adminUrl + '/metrics')).body.text()
   const scraped = new Map<string, Set<string>>()
   for (const line of text.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {

@@ -1,14 +1,15 @@
 // The chart's PrometheusRule, tested for real: rendered (test/deploy/chart-helm.ts), its
 // groups written as a Prometheus rules file, then `promtool check rules` and `promtool test
 // rules` with test/fixtures/prometheus-rules.test.yaml, whose series make every alert fire
-// for one sidecar and stay silent for the others (the quota guard's alerts too). promtool
-// comes from Debian's `prometheus` package (.ci/run installs it; locally: apt-get install -y
-// prometheus).
+// for one sidecar and stay silent for the others (the quota guard's and the read cache's
+// alerts too). promtool comes from Debian's `prometheus` package (.ci/run installs it;
+// locally: apt-get install -y prometheus).
 import { spawnSync } from 'node:child_process'
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import type { Test } from 'tap'
 import { parse } from 'yaml'
 import { CHART, ROOT, one, render, type JsonObject } from './chart-helm.js'
 import { MONITORING } from './chart-expect.js'
@@ -48,8 +49,8 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
     'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyNoValidToken',
-    'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyTokenEndpointFailing', 'StoreAuthProxyTokenExpiringSoon',
-    'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
+    'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyTokenEndpointFailing',
+    'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])
   const cases = (parse(readFileSync(FIXTURE, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string, exp_alerts: unknown[] }> }> })
     .tests.flatMap((test) => test.alert_rule_test)
@@ -58,24 +59,25 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   }
 })
 
+/** The unit tests, on the rules rendered with these flags, fail and name the alert that is off. */
+async function caught (t: Test, flags: string[], alert: string): Promise<void> {
+  const { dir } = await rulesDir(flags)
+  const run = promtool(['test', 'rules', 'rules.test.yaml'], dir)
+  t.not(run.status, 0, `${flags.join(' ')}: the unit tests fail`)
+  t.match(run.output, alert, `${flags.join(' ')}: they name ${alert}`)
+}
+
 t.test('the unit tests catch a rule that is off: a higher 5xx threshold, a longer expiry warning', async (t) => {
-  const ratio = await rulesDir(['--set-json', 'metrics.prometheusRule.upstream5xxRatio=0.2'])
-  const failed = promtool(['test', 'rules', 'rules.test.yaml'], ratio.dir)
-  t.not(failed.status, 0)
-  t.match(failed.output, /StoreAuthProxyUpstream5xx/)
-  const expiry = await rulesDir(['--set', 'metrics.prometheusRule.tokenExpiryWarningMinutes=1'])
-  const missed = promtool(['test', 'rules', 'rules.test.yaml'], expiry.dir)
-  t.not(missed.status, 0)
-  t.match(missed.output, /StoreAuthProxyTokenExpiringSoon/)
+  await caught(t, ['--set-json', 'metrics.prometheusRule.upstream5xxRatio=0.2'], 'StoreAuthProxyUpstream5xx')
+  await caught(t, ['--set', 'metrics.prometheusRule.tokenExpiryWarningMinutes=1'], 'StoreAuthProxyTokenExpiringSoon')
 })
 
 t.test('the unit tests catch a quota alert that is off: a longer Redis outage, a longer rate-limited spell', async (t) => {
-  const redis = await rulesDir(['--set', 'metrics.prometheusRule.redisDownMinutes=10'])
-  const late = promtool(['test', 'rules', 'rules.test.yaml'], redis.dir)
-  t.not(late.status, 0)
-  t.match(late.output, /StoreAuthProxyRateLimitRedisDown/)
-  const limited = await rulesDir(['--set', 'metrics.prometheusRule.upstreamRateLimitedMinutes=30'])
-  const missed = promtool(['test', 'rules', 'rules.test.yaml'], limited.dir)
-  t.not(missed.status, 0)
-  t.match(missed.output, /StoreAuthProxyUpstreamRateLimited/)
+  await caught(t, ['--set', 'metrics.prometheusRule.redisDownMinutes=10'], 'StoreAuthProxyRateLimitRedisDown')
+  await caught(t, ['--set', 'metrics.prometheusRule.upstreamRateLimitedMinutes=30'], 'StoreAuthProxyUpstreamRateLimited')
+})
+
+t.test('the unit tests catch the stale-answers alert with another delay: later or earlier than the series say', async (t) => {
+  await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=20'], 'StoreAuthProxyServingStale')
+  await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=10'], 'StoreAuthProxyServingStale')
 })

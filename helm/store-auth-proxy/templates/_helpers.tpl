@@ -332,6 +332,7 @@ The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes
 {{- include "store-auth-proxy.checkNative" . -}}
 {{- include "store-auth-proxy.checkHost" . -}}
 {{- include "store-auth-proxy.checkEgressProxy" . -}}
+{{- include "store-auth-proxy.checkCache" . -}}
 - name: store-auth-proxy
   image: {{ include "store-auth-proxy.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -441,7 +442,7 @@ first matching rule wins). Its checksum rolls the pods when the rules change, si
 sidecar reads the file once, at start.
 */}}
 {{- define "store-auth-proxy.rateLimitsFile" -}}
-# store-auth-proxy quota rules (the chart's rateLimits.rules): METHOD PATH N/WINDOW [N/WINDOW ...]
+# store-auth-proxy quota rules (the chart's rateLimits.rules): METHOD PATH N/WINDOW [N/WINDOW ...] [cache=DURATION [stale=DURATION]]
 {{- range .Values.rateLimits.rules }}
 {{ . }}
 {{- end }}
@@ -483,6 +484,27 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 {{- if not (kindIs "invalid" .Values.rateLimits.redis.timeoutMs) }}
 - name: RATE_LIMIT_REDIS_TIMEOUT_MS
   value: {{ .Values.rateLimits.redis.timeoutMs | int64 | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cache.maxBytes) }}
+- name: CACHE_MAX_BYTES
+  value: {{ .Values.rateLimits.cache.maxBytes | int64 | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cache.entryMaxBytes) }}
+- name: CACHE_ENTRY_MAX_BYTES
+  value: {{ .Values.rateLimits.cache.entryMaxBytes | int64 | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when the read cache's largest entry exceeds the whole cache, which the
+sidecar refuses at start (it would crash-loop): rateLimits.cache.entryMaxBytes against
+maxBytes, each null meaning the sidecar's default (8 MiB, 32 MiB).
+*/}}
+{{- define "store-auth-proxy.checkCache" -}}
+{{- $max := .Values.rateLimits.cache.maxBytes | default 33554432 | int64 }}
+{{- $entry := .Values.rateLimits.cache.entryMaxBytes | default 8388608 | int64 }}
+{{- if gt $entry $max }}
+{{- fail (printf "store-auth-proxy: rateLimits.cache.entryMaxBytes (%d) exceeds rateLimits.cache.maxBytes (%d; null means the sidecar's defaults, 8388608 and 33554432), which the sidecar refuses at start; lower entryMaxBytes or raise maxBytes" $entry $max) }}
 {{- end }}
 {{- end }}
 
