@@ -66,6 +66,21 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     sharedProblem = problem
   }
 
+  /**
+   * One read of `id` from Redis for every lookup that wants it meanwhile: a burst of callers on
+   * a sidecar that holds no copy reads a megabyte entry once, not once each (which would keep
+   * Redis busy past the budget checks' timeout, and every caller would be refused).
+   */
+  const reading = new Map<string, ReturnType<SharedCache['get']>>()
+  function sharedLookup (from: SharedCache, id: string): ReturnType<SharedCache['get']> {
+    let read = reading.get(id)
+    if (read === undefined) {
+      read = from.get(id).finally(() => { reading.delete(id) })
+      reading.set(id, read)
+    }
+    return read
+  }
+
   /** The stored answer for a request, fresh or stale (none: none usable), and whether the fleet is fetching it. Never fails. */
   async function find (key: CacheKey, headers: Headers): Promise<Lookup> {
     const local = memory.get(key.id)
@@ -74,7 +89,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     let theirs: Entry | undefined
     let fleetFilling = false
     try {
-      const found = await shared.get(key.id)
+      const found = await sharedLookup(shared, key.id)
       theirs = found.entry
       fleetFilling = found.filling
       sharedProblem = undefined

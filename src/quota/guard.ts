@@ -177,7 +177,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     const message = verdict.reason === 'cooldown'
       ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
       : verdict.reason === 'degraded' && verdict.lost === true
-        ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis lost its data): the budget is refused for one window; retry after ${seconds} s`
+        ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window; retry after ${seconds} s`
         : verdict.reason === 'degraded'
           ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
           : `the budget of ${name} is spent; retry after ${seconds} s`

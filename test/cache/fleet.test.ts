@@ -2,6 +2,7 @@
 // first caller's fetch reaches TI once; every other caller on every sidecar gets the same bytes
 // from the fleet's copy. A Redis fault never fails a caller and never lets the fleet over its
 // budget: with Redis gone, a sidecar serves its own copies, and a miss goes to the guard.
+import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
@@ -92,5 +93,28 @@ t.test('Redis restarted empty, or frozen, while answers are cached: copies held 
   t.same(frozen.map((r) => r.status), [200, 200, 429], 'copies held answer; a miss is refused, not hung')
   t.ok(performance.now() - started < 5_000, 'nobody waited on the frozen Redis for long')
   redis.thaw()
+  t.equal(ti.received.length, 1)
+})
+
+t.test('a burst on a sidecar holding no copy reads the entry from Redis once, and every caller gets it', async (t) => {
+  const redis = await startRedis(t)
+  const { ti, sidecars: [a, b] } = await fleet(t, redis.url)
+  t.equal((await a!.get(CATALOG)).status, 200)
+  const admin = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 })
+  admin.on('error', () => {})
+  await admin.connect()
+  t.teardown(() => { admin.disconnect() })
+  const gets = async (): Promise<number> => Number(/cmdstat_get:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0)
+  const before = await gets()
+  // Redis holds every lookup until all 64 are in: each would otherwise read the entry alone.
+  redis.freeze()
+  const pending = Array.from({ length: 64 }, async () => await b!.get(CATALOG))
+  await eventually(t, '64 requests in flight at b', async () =>
+    (await scrape(b!.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) === 64)
+  redis.thaw()
+  const burst = await Promise.all(pending)
+  t.same([...new Set(burst.map((r) => r.status))], [200], 'every caller got the catalog (the budget is spent: a miss would be a 429)')
+  t.ok(burst.every((r) => r.body === catalogBody()))
+  t.ok(await gets() - before <= 2, `Redis read the entry once per burst, not per caller (${await gets() - before})`)
   t.equal(ti.received.length, 1)
 })
