@@ -2,7 +2,8 @@ import type { Logger } from 'pino'
 import { systemClock, type Clock } from '../clock.js'
 import { TokenUnavailableError } from '../errors.js'
 import type { Metrics } from '../metrics.js'
-import { credentialsInUse, type CredentialOrigin } from './credentials.js'
+import type { CredentialOrigin } from './credentials.js'
+import { createRefusals, isRefusal } from './refusals.js'
 import { backoffDelay, tokenTimes } from './schedule.js'
 import { createSharedWait } from './shared-wait.js'
 import { TokenRequestError, type FetchedToken, type TokenInfo } from './token-client.js'
@@ -122,16 +123,13 @@ export function createTokenManager (options: TokenManagerOptions) {
   let failures = 0
   let lastFailure: TokenRequestError | undefined
   let everHadToken = false
-  let credentialsRejected = false
-  /** The rejection that started the current run of rejections, if any. */
-  let lastRejected: TokenRequestError | undefined
+  const refusals = createRefusals({ log, tokenUrl, credentials, rejectedRetryMs, random })
   let lastForcedAt = -Infinity
   let lastFailedAt = -Infinity
   let lastFailedWallAt: number | undefined
   let stopped = false
 
   const urlField = tokenUrl === undefined ? {} : { url: tokenUrl }
-  const variables = [credentials.clientId.variable, credentials.clientSecret.variable]
 
   /**
    * The token if it may still be sent now; a synchronous check for the hot path,
@@ -212,14 +210,11 @@ export function createTokenManager (options: TokenManagerOptions) {
       generation: requestGeneration,
       info: Object.freeze({ ...fetched.info })
     })
-    // Stryker disable next-line StringLiteral: log wording
-    if (credentialsRejected) log.info('token endpoint accepts the client credentials again')
+    refusals.accepted()
     failures = 0
     lastFailure = undefined
     lastFailedWallAt = undefined
-    lastRejected = undefined
     everHadToken = true
-    credentialsRejected = false
     metrics.tokenExpiry.set(token.wallExpiresAt / 1000)
     log.info({ generation: requestGeneration, expiresInS: Math.round((times.expiresAt - now) / 1000), refreshInS: Math.round((times.refreshAt - now) / 1000) }, 'access token acquired')
     if (!stopped) schedule(Math.max(0, times.refreshAt - now), 'refresh')
@@ -235,27 +230,10 @@ export function createTokenManager (options: TokenManagerOptions) {
     lastFailedAt = clock.now()
     lastFailedWallAt = clock.wallNow()
     let delayMs: number
-    if (error.outcome === 'rejected' && lastRejected === undefined) {
-      // The first rejection is retried at once: a request sent just before a secret
-      // was rotated in place carries the old secret, and the retry reads the new one.
-      lastRejected = error
-      delayMs = backoffDelay(1, random())
-      log.warn({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
-        // Stryker disable next-line StringLiteral: log wording
-        'token endpoint rejected the client credentials; retrying once with the credentials read again')
-    } else if (error.outcome === 'rejected') {
-      delayMs = rejectedRetryMs
-      // One clear ERROR per incident; the retries that follow are only debug noise.
-      if (!credentialsRejected) {
-        log.error({ ...urlField, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables, retryInMs: delayMs },
-          `token endpoint rejected the client credentials; check ${credentialsInUse(credentials)}`)
-      } else {
-        // Stryker disable next-line StringLiteral,ObjectLiteral: a debug line's wording and fields
-        log.debug({ oauthError: error.oauthError, retryInMs: delayMs }, 'client credentials still rejected')
-      }
-      credentialsRejected = true
+    if (isRefusal(error.outcome)) {
+      delayMs = refusals.refused(error)
     } else {
-      lastRejected = undefined
+      refusals.interrupted()
       delayMs = Math.max(Math.min(error.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS), backoffDelay(failures, random()))
       log.warn({ ...urlField, outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures, retryInMs: delayMs },
         'token request failed')
@@ -270,8 +248,8 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   /** Whether a waiting caller may start the scheduled retry now (see DEMAND_RETRY_INTERVAL_MS). */
   function demandMayRetry (): boolean {
-    // Wrong credentials and a Retry-After are the endpoint's own word: wait them out.
-    if (lastFailure === undefined || lastFailure.outcome === 'rejected' || lastFailure.retryAfterMs !== undefined) return false
+    // Refused credentials (the endpoint's or the proxy's) and a Retry-After: wait them out.
+    if (lastFailure === undefined || refusals.inRun() || lastFailure.retryAfterMs !== undefined) return false
     const now = clock.now()
     return now - lastFailedAt >= DEMAND_RETRY_INTERVAL_MS && (nextAttemptAt ?? 0) - now > DEMAND_RETRY_INTERVAL_MS
   }
@@ -351,7 +329,7 @@ export function createTokenManager (options: TokenManagerOptions) {
       info: held?.info,
       refreshing: inflight !== undefined,
       everHadToken,
-      credentialsRejected,
+      credentialsRejected: refusals.credentialsRejected(),
       consecutiveFailures: failures,
       lastFailure: lastFailure?.outcome,
       lastFailureReason: lastFailure?.message,

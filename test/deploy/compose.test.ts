@@ -8,6 +8,7 @@ import { parse } from 'yaml'
 import { shippedNodeFlags } from '../../bench/lib/shipped.js'
 import { trimCredential } from '../../src/config/credentials.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
+import { loadEgressProxy, routeFor } from '../../src/egress-proxy.js'
 import { parseRules } from '../../src/quota/rules.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -16,6 +17,7 @@ const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
 interface Service {
   profiles?: string[]
   user?: string
+  env_file?: string[]
   image?: string
   build?: string
   pull_policy?: string
@@ -40,9 +42,12 @@ interface Compose {
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
 const all = compose.services
-// What `docker compose up` starts: the services of no profile. The profile `fleet` is checked below.
+// What `docker compose up` starts: the services of no profile. The profiles `fleet` and `egress` are checked below.
 const services = Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles === undefined))
-const fleet = Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles !== undefined))
+const inProfile = (profile: string): Record<string, Service> =>
+  Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles?.includes(profile) === true))
+const fleet = inProfile('fleet')
+const egress = inProfile('egress')
 const SIDECAR = 'store-auth-proxy'
 
 t.test('compose: the three services, all from the image this checkout builds', async (t) => {
@@ -163,6 +168,74 @@ t.test('compose profile fleet: Redis and two caller + sidecar pairs sharing it, 
   t.equal(perMinute?.windowMs, 60_000)
   t.ok(callsPerMinute < (perMinute?.count ?? 0) && 2 * callsPerMinute > (perMinute?.count ?? 0),
     `${callsPerMinute} calls a minute per caller, limit ${perMinute?.count ?? 0}`)
+})
+
+t.test('compose profile egress: TI behind an authenticating proxy, a sidecar sent through it, nothing without the profile', async (t) => {
+  t.same(Object.keys(egress).sort(), ['egress-caller', 'egress-proxy', 'egress-sidecar', 'egress-stand-in'])
+  for (const [name, s] of Object.entries(egress)) t.same(s.profiles, ['egress'], `${name} is in the profile egress only`)
+  for (const [name, s] of Object.entries({ ...services, ...fleet })) {
+    t.notOk(Object.keys(s.depends_on ?? {}).some((d) => d in egress), `${name} does not pull in an egress service`)
+  }
+  // TI only through the proxy: its stand-in on an internal network that only the proxy joins.
+  t.same(compose.networks?.['egress-ti'], { internal: true })
+  for (const [name, s] of Object.entries(all)) {
+    const joins = s.networks?.includes('egress-ti') === true
+    t.equal(joins, name === 'egress-stand-in' || name === 'egress-proxy', `${name} ${joins ? 'joins' : 'stays off'} egress-ti`)
+  }
+  t.same(egress['egress-stand-in']?.networks, ['egress-ti'], 'the stand-in TI on egress-ti alone')
+  t.same(egress['egress-stand-in']?.command, ['stand-in'])
+  t.same(egress['egress-caller']?.networks, ['default'], 'the pair on the default network alone, with the proxy')
+  t.match(egress['egress-caller']?.ports, [/^127\.0\.0\.1:\$\{STORE_AUTH_PROXY_EGRESS_ADMIN_PORT:-9093\}:9090$/])
+
+  const proxy = egress['egress-proxy'] as Service
+  t.same(proxy.networks, ['default', 'egress-ti'])
+  t.equal(proxy.ports, undefined, 'the proxy publishes no port')
+  t.equal(proxy.build, './deploy/egress-proxy')
+  t.equal(proxy.pull_policy, 'build')
+  t.not(proxy.image, services[SIDECAR]?.image, 'an image of its own')
+  t.equal(proxy.user, '65534:65534', 'nobody: no root, no capability needed')
+  t.same(proxy.command, ['-c', '/run/secrets/egress_proxy_conf'])
+  t.same(proxy.secrets, ['egress_proxy_conf'], 'its config, with the password, is a secret')
+  for (const [name, s] of Object.entries(egress)) {
+    const test = s.healthcheck?.test
+    t.ok(Array.isArray(test) && test[0] === 'CMD', `${name}: an exec-form healthcheck`)
+    // test/deploy/podman-compat.py splits podman-compose 1.0.3's exec form again at spaces.
+    t.ok(Array.isArray(test) && test.every((word) => !word.includes(' ')), `${name}: no healthcheck word holds a space`)
+  }
+  const dockerfile = read('deploy/egress-proxy/Dockerfile')
+  const buildBase = /^ARG BUILD_BASE=(\S+)$/m.exec(read('Dockerfile'))?.[1]
+  t.equal(/^ARG BASE=(\S+)$/m.exec(dockerfile)?.[1], buildBase, 'on the base the sidecar\'s build stage uses: no other image to fetch')
+  t.match(dockerfile, /apt-get install -y --no-install-recommends tinyproxy-bin/, 'Debian\'s tinyproxy')
+  t.match(dockerfile, /^USER 65534:65534$/m)
+  t.match(dockerfile, /^ENTRYPOINT \["\/usr\/bin\/tinyproxy", "-d"\]$/m, 'in the foreground, logging to stdout')
+
+  const conf = read(compose.secrets.egress_proxy_conf?.file ?? '')
+  const [, user = '', password = ''] = /^BasicAuth (\S+) (\S+)$/m.exec(conf) ?? []
+  t.ok(password.length > 8, 'the proxy asks for Basic credentials, with a password')
+  t.match(conf, /^Port 3128$/m)
+  t.match(conf, /^LogLevel Connect$/m, 'it logs each request it carries (test/deploy/containers.sh reads it)')
+  t.match(conf, /^ConnectPort 443$/m, 'tunnels to 443 only')
+
+  const sidecar = egress['egress-sidecar'] as Service
+  t.equal(sidecar.network_mode, 'service:egress-caller', 'the sidecar shares its caller\'s namespace')
+  t.same(sidecar.env_file, ['./deploy/demo-secrets/egress-proxy.env'])
+  const proxyEnv = Object.fromEntries(read('deploy/demo-secrets/egress-proxy.env').split('\n')
+    .filter((l) => /^[A-Z_]+=/.test(l)).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]))
+  const proxyUrl = `http://${user}:${password}@egress-proxy:3128`
+  t.same(proxyEnv, { HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl }, 'the standard variables name the proxy with its user and password')
+  for (const key of Object.keys(sidecar.environment ?? {})) t.notMatch(key, /proxy/i, `${key}: the proxy URL only in the env file`)
+  t.notMatch(read('docker-compose.yml'), password, 'the password is not in the compose file')
+  t.same(sidecar.secrets?.slice().sort(), ['client_id', 'client_secret'])
+  const problems: string[] = []
+  const settings = loadEgressProxy(proxyEnv, problems)
+  t.same(problems, [])
+  for (const key of ['AUTH_URL', 'UPSTREAM_URL']) {
+    const target = sidecar.environment?.[key] ?? ''
+    t.match(target, /^http:\/\/egress-stand-in:8081$/, `${key}: the stand-in TI`)
+    t.match(routeFor(target, settings), { via: 'proxy', proxy: { display: 'http://egress-proxy:3128' } }, `${key} goes through the proxy`)
+  }
+  t.equal(sidecar.depends_on?.['egress-proxy']?.condition, 'service_healthy')
+  t.match(read('deploy/demo-secrets/README.md'), /`tinyproxy\.conf` and `egress-proxy\.env`/)
 })
 
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {

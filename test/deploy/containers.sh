@@ -22,6 +22,13 @@
 #    its password), the catalog budget spent through one sidecar is refused by the other
 #    with an exact Retry-After, the password appears in no log or admin answer, Redis runs
 #    hardened as its own non-root user; then stops it (exit 0) and tears it down.
+# 5. brings up the compose profile `egress` (a tinyproxy with Basic authentication, built
+#    from deploy/egress-proxy/, a caller + sidecar pair with HTTPS_PROXY / HTTP_PROXY set,
+#    and a stand-in TI only the proxy reaches) and checks: the sidecar gets its token and
+#    a store call answers 200, each through the proxy (its log has both URLs), TI does not
+#    even resolve from the pair's namespace, the proxy refuses a request without credentials
+#    (407), the proxy's password is in no log or admin answer, the proxy runs hardened as
+#    nobody; then stops it (exit 0) and tears it down.
 #
 # podman-compose 1.0.3 ignores compose `profiles`, so each `up` names its services; the
 # default `up` is checked to start exactly the three services of old.
@@ -109,14 +116,14 @@ show_logs_on_failure () {
 cleanup () {
   set +e
   show_logs_on_failure "$run-stand-in" "$run-proxy" "${run}_stand-in_1" "${run}_caller_1" "${run}_store-auth-proxy_1" \
-    "${run}_redis_1" "${run}_fleet-sidecar-a_1" "${run}_fleet-sidecar-b_1"
+    "${run}_redis_1" "${run}_fleet-sidecar-a_1" "${run}_fleet-sidecar-b_1" "${run}_egress-proxy_1" "${run}_egress-sidecar_1"
   podman rm -f -t 0 "$run-stand-in" "$run-proxy" >/dev/null 2>&1
   podman network rm -f "$run-net" >/dev/null 2>&1
   # podman-compose 1.0.3's down takes tens of seconds even with nothing left to remove.
   if [ -n "$(podman ps -a -q --filter "label=com.docker.compose.project=$run" 2>/dev/null)" ]; then
     "${compose[@]}" down >/dev/null 2>&1
   fi
-  podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1
+  podman network rm -f "${run}_default" "${run}_fleet-redis" "${run}_egress-ti" >/dev/null 2>&1
 }
 trap 'aborted=1' ERR
 trap 'aborted=1; exit 130' INT TERM
@@ -293,6 +300,24 @@ podman network rm -f "${run}_default" >/dev/null 2>&1 || true
 check "podman-compose down removes every container" \
   test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
 
+# stop_profile NAME NETWORK CONTAINER...: stops a profile's containers (each must exit 0),
+# then takes the project down with the profile's own network.
+stop_profile () {
+  local name=$1 network=$2 c code; shift 2
+  t0=$(date +%s%N)
+  podman stop -t 10 "$@" >/dev/null 2>&1
+  echo "stopping the $name profile took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  for c in "$@"; do
+    code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
+    check "${c#"${run}"_} exits 0 on stop (got $code)" eq "$code" 0
+  done
+  show_logs_on_failure "$@"
+  "${compose[@]}" down >/dev/null 2>&1
+  podman network rm -f "${run}_default" "${run}_$network" >/dev/null 2>&1 || true
+  check "podman-compose down removes every $name container" \
+    test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
+}
+
 # --- 4. the compose profile fleet: two sidecars sharing budgets through Redis ----------------
 echo "== podman-compose, profile fleet ($(elapsed))"
 free_port () { node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close() })"; }
@@ -363,19 +388,58 @@ pid=$(node_pid "$redis")
 check "redis runs as its image's uid 999 and cannot gain privileges" \
   eq "$(awk '/^Uid:/ { print $3 } /^NoNewPrivs:/ { print $2 }' "/proc/$pid/status" | paste -sd ' ')" "999 1"
 
-fleet_containers=("$redis" "$caller_a" "$fleet_a" "$caller_b" "$fleet_b")
+stop_profile fleet fleet-redis "$redis" "$caller_a" "$fleet_a" "$caller_b" "$fleet_b"
+
+# --- 5. the compose profile egress: the sidecar behind an authenticating egress proxy ------
+echo "== podman-compose, profile egress ($(elapsed))"
+STORE_AUTH_PROXY_EGRESS_ADMIN_PORT=$(free_port)
+export STORE_AUTH_PROXY_EGRESS_ADMIN_PORT
+egress_services=(egress-stand-in egress-proxy egress-caller egress-sidecar)
+# The proxy's image is built (tinyproxy from Debian's archive, on the local node base; cached
+# layers after the first run); the sidecar's was built from this checkout above.
 t0=$(date +%s%N)
-podman stop -t 10 "${fleet_containers[@]}" >/dev/null 2>&1
-echo "stopping the fleet took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-for c in "${fleet_containers[@]}"; do
-  code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
-  check "${c#"${run}"_} exits 0 on stop (got $code)" eq "$code" 0
+{ "${compose[@]}" build egress-proxy && "${compose[@]}" up -d "${egress_services[@]}"; } >"/tmp/$run-egress.log" 2>&1 \
+  || { grep -v systemd "/tmp/$run-egress.log" | tail -40; not_ok "podman-compose up (profile egress)"; exit 1; }
+rm -f "/tmp/$run-egress.log"
+echo "podman-compose build egress-proxy, up -d (egress) took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+egress_proxy="${run}_egress-proxy_1" egress_sidecar="${run}_egress-sidecar_1"
+egress_caller="${run}_egress-caller_1" egress_ti="${run}_egress-stand-in_1"
+egress_admin="http://127.0.0.1:$STORE_AUTH_PROXY_EGRESS_ADMIN_PORT"
+proxy_password=$(sed -n 's/^BasicAuth [^ ]* \(.*\)$/\1/p' "$repo/deploy/demo-secrets/tinyproxy.conf")
+check "the demo proxy config has a Basic authentication password" test -n "$proxy_password"
+
+egress_ready () { curl -sf "$egress_admin/readyz" >/dev/null; }
+check "the sidecar behind the proxy becomes ready (its token came through the proxy)" wait_for "$READY_TIMEOUT_S" egress_ready
+in_caller () { podman exec "$egress_caller" /nodejs/bin/node -e "$1"; }
+said=$(in_caller "fetch('http://127.0.0.1:8080/v2/store/products/LM358BIDR').then(async (r) => console.log(r.status, (await r.json()).tiPartNumber))")
+check "a store call through the sidecar answers 200 with the product (got: $said)" eq "$said" "200 LM358BIDR"
+# tinyproxy's LogLevel Connect: a line for each request it carried, with its method and URL.
+check "the proxy carried the token request (its log)" logs_have "$egress_proxy" 'POST http://egress-stand-in:8081/v1/oauth/accesstoken HTTP/1.1'
+check "... and the store call" logs_have "$egress_proxy" 'GET http://egress-stand-in:8081/v2/store/products/LM358BIDR HTTP/1.1'
+said=$(in_caller "fetch('http://egress-stand-in:8081/healthz').then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))")
+check "TI cannot be reached from the sidecar's namespace but through the proxy (got: $said)" eq "$said" ENOTFOUND
+said=$(in_caller "require('node:http').get({ host: 'egress-proxy', port: 3128, path: 'http://egress-stand-in:8081/healthz' },
+  (r) => console.log(r.statusCode)).on('error', (e) => console.log(e.code))")
+check "the proxy refuses a request without its credentials (407, got $said)" eq "$said" 407
+status_doc=$(curl -s "$egress_admin/status")
+check "/status shows both routes via the proxy, without its credentials" \
+  has "$status_doc" '"HTTPS_PROXY":"http://egress-proxy:3128","HTTP_PROXY":"http://egress-proxy:3128","NO_PROXY":"","tokenRoute":"via http://egress-proxy:3128","upstreamRoute":"via http://egress-proxy:3128"'
+leaks=0
+for c in "$egress_sidecar" "$egress_caller"; do
+  if podman logs "$c" 2>&1 | grep -F -- "$proxy_password" >/dev/null; then leaks=$((leaks + 1)); fi
 done
-show_logs_on_failure "${fleet_containers[@]}"
-"${compose[@]}" down >/dev/null 2>&1
-podman network rm -f "${run}_default" "${run}_fleet-redis" >/dev/null 2>&1 || true
-check "podman-compose down removes every fleet container" \
-  test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
+for path in /status /readyz /metrics; do
+  if curl -s "$egress_admin$path" | grep -F -- "$proxy_password" >/dev/null; then leaks=$((leaks + 1)); fi
+done
+check "the proxy's password is in no log of the pair and no admin answer (found in $leaks)" eq "$leaks" 0
+check "the egress proxy's healthcheck passes" quiet_podman healthcheck run "$egress_proxy"
+check "the egress proxy runs with init, a read-only root filesystem and no capabilities" \
+  eq "$(podman inspect --format '{{.HostConfig.Init}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}}' "$egress_proxy")" "true true []"
+pid=$(node_pid "$egress_proxy")
+check "the egress proxy runs as nobody (uid 65534) and cannot gain privileges" \
+  eq "$(awk '/^Uid:/ { print $3 } /^NoNewPrivs:/ { print $2 }' "/proc/$pid/status" | paste -sd ' ')" "65534 1"
+
+stop_profile egress egress-ti "$egress_ti" "$egress_proxy" "$egress_caller" "$egress_sidecar"
 
 echo "== done in $(elapsed)"
 echo "containers: $passed passed, $failed failed"

@@ -1,9 +1,12 @@
 import t, { type Test } from 'tap'
+import { REJECTED_RETRY_MS } from '../../src/token/token-manager.js'
 import { build, startStandIn } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
+import { fakeClock } from '../helpers/fake-clock.js'
 import { scrape, scrapeSettled, seriesKey } from '../helpers/metrics-scrape.js'
 import { downPort } from '../helpers/recording-proxy.js'
 import { ID_HEADER } from '../helpers/recording-upstream.js'
-import { send, startTiBehindProxy, trustTestCa } from './setup.js'
+import { send, startTiBehindProxy, TOKEN_HOST, trustTestCa } from './setup.js'
 
 // What the proxy itself does wrong, named for what failed: our credentials refused (407),
 // the CONNECT refused (status), the proxy down, the proxy silent, TI unreachable behind it,
@@ -18,9 +21,29 @@ async function json (url: string): Promise<Record<string, unknown>> {
 const failedLine = (logs: { entries: () => Array<Record<string, unknown>> }) =>
   logs.entries().find((e) => e.msg === 'upstream request failed')
 
-t.test('407 on the token request: /readyz names the proxy, not the token endpoint', async (t) => {
+t.test('407 on the token request: /readyz names the proxy, not the token endpoint; retries paced, the proxy not hammered', async (t) => {
   const ti = await startTiBehindProxy(t, { credentials: 'egress:right' })
-  const { adminUrl, logs } = await build(t, { AUTH_URL: ti.authUrl, UPSTREAM_URL: ti.upstreamUrl, HTTPS_PROXY: ti.proxy.urlWith('egress:wr0ng-pw') })
+  const clock = fakeClock(Date.now())
+  const { adminUrl, proxyUrl, logs, app } = await build(t, { AUTH_URL: ti.authUrl, UPSTREAM_URL: ti.upstreamUrl, HTTPS_PROXY: ti.proxy.urlWith('egress:wr0ng-pw') }, { clock: clock.clock })
+  const tokenConnects = (): number => ti.proxy.seen.filter((s) => s.target === `${TOKEN_HOST}:443`).length
+  t.equal(tokenConnects(), 1)
+  await clock.tick(500)
+  await eventually(t, 'the one quick retry, answered and handled', () => tokenConnects() === 2 && app.tokens.state().consecutiveFailures === 2)
+  // Past DEMAND_RETRY_INTERVAL_MS, callers could start an early attempt after a network error;
+  // after a refusal they do not: each gets its 503 and the proxy is not asked again.
+  await clock.tick(10_000)
+  const answers = await Promise.all(Array.from({ length: 5 }, async () => await send(proxyUrl, { method: 'GET', path: '/v2/store/orders' })))
+  t.same(answers.map((a) => a.status), [503, 503, 503, 503, 503])
+  t.equal(tokenConnects(), 2, 'no early attempt by the callers')
+  await clock.tick(REJECTED_RETRY_MS - 11_000)
+  t.match(app.tokens.state(), { refreshing: false, consecutiveFailures: 2 }, 'no fast retries')
+  await clock.tick(1000)
+  await eventually(t, 'the slow retry, answered and handled', () => tokenConnects() === 3 && app.tokens.state().consecutiveFailures === 3)
+  t.equal(ti.proxy.seen.length, 3, 'the proxy saw the token requests only')
+  const errors = logs.entries().filter((e) => e.level === 50)
+  t.equal(errors.length, 1, 'one ERROR for the incident')
+  t.match(errors[0], { msg: 'egress proxy refused our credentials; check the user and password in HTTPS_PROXY' })
+
   const readyz = await fetch(`${adminUrl}/readyz`)
   t.equal(readyz.status, 503)
   t.match(await readyz.json(), { reason: 'egress proxy refused our credentials' })
@@ -29,8 +52,7 @@ t.test('407 on the token request: /readyz names the proxy, not the token endpoin
   t.match(logs.text(), /egress proxy refused our credentials \(407\)/)
   t.notMatch(logs.text(), /token endpoint unreachable/)
   const metrics = await scrape(adminUrl)
-  // At least the first; the token manager retries it as it would a network error.
-  t.ok((metrics.get(seriesKey('store_auth_proxy_token_requests_total', { outcome: 'proxy_rejected' })) ?? 0) >= 1)
+  t.equal(metrics.get(seriesKey('store_auth_proxy_token_requests_total', { outcome: 'proxy_rejected' })), 3)
   t.equal(metrics.get(seriesKey('store_auth_proxy_token_requests_total', { outcome: 'network_error' })), undefined)
   t.equal(ti.standIn.tokensIssued(), 0)
 })

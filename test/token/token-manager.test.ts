@@ -180,10 +180,12 @@ t.test('waiting callers may start one early attempt per interval, so recovery do
   t.equal(endpoint.calls(), 8)
 })
 
-t.test('no early attempts after a Retry-After or rejected credentials', async (t) => {
+const proxyRefused = () => new TokenRequestError('proxy_rejected', 'egress proxy refused our credentials (407)')
+
+t.test('no early attempts after a Retry-After or rejected credentials, the endpoint\'s or the egress proxy\'s', async (t) => {
   const limited = new TokenRequestError('rate_limited', 'rate limited', { statusCode: 429, retryAfterMs: 60_000 })
   const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
-  for (const error of [limited, rejected]) {
+  for (const error of [limited, rejected, proxyRefused()]) {
     const { tokens, endpoint, clock } = manager(t, [{ error }])
     await tokens.start()
     await clock.tick(10_000)
@@ -233,6 +235,56 @@ t.test('a rejection of a request sent just before a rotation is retried at once 
   t.equal(endpoint.calls(), 2)
   t.ok(tokens.current())
   t.equal(logs.entries().filter((e) => e.level === 50).length, 0, 'no ERROR for a race with a rotation')
+})
+
+for (const [tokenUrl, variable] of [['https://transact.ti.com/v1/oauth/accesstoken', 'HTTPS_PROXY'], ['http://ti.internal/v1/oauth/accesstoken', 'HTTP_PROXY']]) {
+  t.test(`the egress proxy refuses our credentials (407): paced like a rejection, one ERROR naming ${variable}, recovery`, async (t) => {
+    const answers: Answer[] = [{ error: proxyRefused() }, { error: proxyRefused() }, { error: proxyRefused() }, { error: proxyRefused() }, { lifetimeMs: HOUR }]
+    const { tokens, endpoint, clock, logs } = manager(t, answers, { tokenUrl })
+    await tokens.start()
+    await clock.tick(500)
+    t.equal(endpoint.calls(), 2, 'one quick retry (the proxy\'s authentication may have failed in passing)')
+    await clock.tick(REJECTED_RETRY_MS - 1000)
+    t.equal(endpoint.calls(), 2, 'then no fast retries')
+    await Promise.all(Array.from({ length: 10 }, () => tokens.get().catch(() => undefined)))
+    t.equal(endpoint.calls(), 2, 'nor early attempts by waiting callers')
+    await clock.tick(REJECTED_RETRY_MS + 600)
+    t.equal(endpoint.calls(), 4, 'one attempt per REJECTED_RETRY_MS')
+    t.match(tokens.state(), { lastFailure: 'proxy_rejected', credentialsRejected: false }, 'not the token endpoint\'s rejection')
+    const errors = logs.entries().filter((e) => e.level === 50)
+    t.equal(errors.length, 1, 'one ERROR line for the incident')
+    t.match(errors[0], { url: tokenUrl, reason: 'egress proxy refused our credentials (407)', msg: `egress proxy refused our credentials; check the user and password in ${variable}` })
+    await clock.tick(REJECTED_RETRY_MS)
+    t.ok(tokens.current())
+    t.ok(logs.entries().some((e) => e.msg === 'egress proxy accepts our credentials again'))
+  })
+}
+
+t.test('refusals by the endpoint and the proxy in turn: one quick retry for the run, not one per kind', async (t) => {
+  const rejected = new TokenRequestError('rejected', 'rejected', { statusCode: 401, oauthError: 'invalid_client' })
+  const { tokens, endpoint, clock, logs } = manager(t, [{ error: rejected }, { error: proxyRefused() }, { error: rejected }, { error: proxyRefused() }])
+  await tokens.start()
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 2)
+  await clock.tick(REJECTED_RETRY_MS - 1000)
+  t.equal(endpoint.calls(), 2, 'the proxy\'s refusal after the endpoint\'s is not retried fast')
+  await clock.tick(REJECTED_RETRY_MS + 600)
+  t.equal(endpoint.calls(), 4)
+  t.same(logs.entries().filter((e) => e.level === 50).map((e) => (e.msg as string).split(';')[0]),
+    ['egress proxy refused our credentials', 'token endpoint rejected the client credentials'], 'one ERROR for each that refused')
+  t.equal(tokens.state().credentialsRejected, true)
+})
+
+t.test('a refusal after another failure starts a new run: retried at once', async (t) => {
+  const { tokens, endpoint, clock } = manager(t, [{ error: proxyRefused() }, { error: serverError() }, { error: proxyRefused() }, { lifetimeMs: HOUR }], { random: () => 1 })
+  await tokens.start()
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 2, 'the quick retry')
+  await clock.tick(1000)
+  t.equal(endpoint.calls(), 3, 'the server error\'s backoff (1 s at the second failure)')
+  await clock.tick(500)
+  t.equal(endpoint.calls(), 4, 'a new run of refusals: retried at once again')
+  t.ok(tokens.current())
 })
 
 t.test('invalidate: 20 concurrent 401s on one generation cause one refresh', async (t) => {
