@@ -99,3 +99,19 @@ t.test('PROBE: waiters leaving before, during and after the fetch: the rest are 
   await eventually(t, 'no request left in flight', async () =>
     ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0)
 })
+
+t.test('DEFECT: waiters that TI\'s Vary tells apart from the fetch they waited for all fetch at once, though they ask the same', async (t) => {
+  const ti = await startTi(t)
+  ti.answer((req) => ({ status: 200, headers: { vary: 'X-Tenant' }, body: `for ${String(req.headers['x-tenant'])}` }))
+  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  ti.hold()
+  const one = s.get('/v2/store/a', { 'x-tenant': 'one' })
+  await heldAtTi(t, ti, 1)
+  const twos = Array.from({ length: 5 }, async () => await s.get('/v2/store/a', { 'x-tenant': 'two' }))
+  await inFlight(t, s, 6)
+  ti.release()
+  t.equal((await one).body, 'for one')
+  t.same((await Promise.all(twos)).map((a) => a.body), Array(5).fill('for two'))
+  t.equal(ti.received.filter((r) => r.headers['x-tenant'] === 'two').length, 1,
+    `one fetch for tenant two's five identical requests (TI saw ${ti.received.filter((r) => r.headers['x-tenant'] === 'two').length})`)
+})
