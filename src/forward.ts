@@ -141,7 +141,8 @@ export function createUpstream (options: UpstreamOptions) {
     }
     let waiting = true
     let expired = false
-    let callerLeft = false
+    // A cache fill's replay may go out after its own caller left (ForwardHooks.outlivesCaller).
+    let callerLeft = res.destroyed
     let controller: Dispatcher.DispatchController | undefined
     let startedAt = 0
     let finalTimer: NodeJS.Timeout | undefined

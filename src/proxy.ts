@@ -205,8 +205,9 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
    */
   function send (request: FastifyRequest, reply: FastifyReply): void {
     // The caller left while its body was read or a token awaited: nothing is sent for it.
-    if (request.exchange.gone) {
-      request.fill?.settle(undefined)
+    // (A cache fill's replay goes on for those who wait for it: its first send already went.)
+    if (request.exchange.gone && !(request.fill !== null && request.replayed)) {
+      request.fill?.flight.settle(undefined)
       return
     }
     if (!quota.active) {
@@ -216,7 +217,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
     if (cache !== undefined && rule?.cache !== undefined && request.fill === null && requestCacheable(request.method, request.headers)) {
       cached(request, reply, rule as Rule & { cache: CacheOption }, cache).catch((err: unknown) => {
-        request.fill?.settle(undefined)
+        request.fill?.flight.settle(undefined)
         request.log.error({ err }, 'read cache failed')
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
       })
@@ -235,13 +236,13 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   /**
    * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
-   * budget. Otherwise one GET fetches for every request that asks meanwhile (they wait for
-   * it), through the budget as any request; a stored answer within stale= stands in when the
-   * budget refuses or TI fails.
+   * budget. Otherwise one request fetches for every request that asks meanwhile (they wait for
+   * it; a HEAD is fetched as a GET, so its answer serves both), through the budget as any
+   * request; a stored answer within stale= stands in when the budget refuses or TI fails.
    */
   async function cached (request: FastifyRequest, reply: FastifyReply, rule: Rule & { cache: CacheOption }, readCache: ReadCache): Promise<void> {
     const path = forwardedPath(request)
-    const key = cacheKey(path, request.headers)
+    const key = cacheKey(upstreamUrl, path, request.headers)
     const fresh = asksForFresh(request.headers)
     const { entry: found, fleetFilling } = await readCache.find(key, request.headers)
     if (callerGone(request)) return
@@ -249,19 +250,24 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       serveCached(reply, found, request.method, { hit: true }, 'hit')
       return
     }
-    const leads = request.method === 'GET'
-    // Another request here fetches it, or (failing that) another sidecar of the fleet: wait for its answer.
-    const other = leads ? readCache.join(key.id, reply.raw) ?? (fleetFilling && found === undefined ? readCache.awaitFleet(key, request.headers, reply.raw) : undefined) : undefined
-    if (other !== undefined) {
+    // Another request here fetches it, or (failing that, once) another sidecar of the fleet:
+    // wait for its answer. One that ends with nothing for this request lets it try again.
+    let askFleet = fleetFilling && found === undefined
+    for (;;) {
+      const other = readCache.join(key.id, reply.raw) ?? (askFleet ? readCache.awaitFleet(key, request.headers, reply.raw) : undefined)
+      if (other === undefined) break
+      askFleet = false
       const outcome = await other
       if (outcome === 'gone' || callerGone(request)) return
-      // The fetch it waited for was another caller's: its answer is this one's only if TI's Vary agrees.
-      if (outcome !== undefined && varyMatches(outcome.vary, request.headers)) {
-        const current = readCache.standing(outcome).fresh
-        serveCached(reply, outcome, request.method, { hit: true, detail: current ? 'coalesced' : 'stale-error' }, current ? 'coalesced' : 'stale')
+      // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
+      const { entry, standsIn } = outcome
+      if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
+        serveCached(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, standsIn ? 'stale' : 'coalesced')
         return
       }
     }
+    const flight = readCache.lead(key.id)
+    if (flight === undefined) throw new Error('a flight started while none was under way')
     request.fill = {
       key,
       rule,
@@ -270,7 +276,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       method: request.method,
       found,
       fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
-      settle: leads ? readCache.lead(key.id) : () => {},
+      flight,
       decision: undefined
     }
     // With a stored answer to stand in, a spent budget is not waited for.
@@ -290,17 +296,17 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
     if (verdict.ok) {
-      if (!callerGone(request)) {
+      if (!callerGone(request) || (fill !== null && request.replayed)) {
         forward(request, reply, rule, verdict.ticket)
         return
       }
       // Gone after its point was taken and before anything was written: the point goes back
       // (and those waiting for this fetch go on by themselves).
       quota.refund(verdict.ticket)
-      fill?.settle(undefined)
+      fill?.flight.settle(undefined)
       return
     }
-    fill?.settle(undefined)
+    fill?.flight.settle(undefined)
     // Left while waiting for its budget: never sent, nothing spent.
     if (verdict.reason === 'gone' || callerGone(request)) return
     // A stored answer stands in for the refusal while it is within stale=.
@@ -320,12 +326,17 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
   function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, ticket: Ticket | undefined): void {
     const fill = cache === undefined ? null : request.fill
+    // A request that waited (for its budget, or another's fetch) goes with the newest token:
+    // the one it took may have been rejected meanwhile.
+    const newest = tokens.current()
+    if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
       request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
     upstream.forward({
-      method: request.method,
+      // A cache fill is a GET, also for a HEAD (Node sends a HEAD's caller no body).
+      method: fill === null ? request.method : 'GET',
       path: forwardedPath(request),
       headers,
       body
@@ -336,7 +347,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
         (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)),
-      outlivesCaller: fill !== null && fill.method === 'GET',
+      outlivesCaller: fill !== null,
       heldBack: (answer) => {
         if (answer.statusCode === 401) {
           replay(request, reply, answer)
@@ -365,7 +376,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       started: () => {
         reply.hijack()
         if (fill === null) return
-        fill.settle(undefined)
+        fill.flight.settle(undefined)
         cache?.missed(fill.rule.id)
       },
       truncated: () => { request.exchange.truncated = true }
@@ -387,19 +398,16 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function replay (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer): void {
-    if (callerGone(request)) {
-      request.fill?.settle(undefined)
-      return
-    }
+    // A cache fill is replayed for those who wait for it, whether its own caller is there or not.
+    const forOthers = request.fill !== null
+    if (callerGone(request) && !forOthers) return
     request.replayed = true
     const rejected = request.token?.generation ?? 0
     void tokens.renewed(rejected).then((fresh) => {
-      if (callerGone(request)) {
-        request.fill?.settle(undefined)
-        return
-      }
+      if (callerGone(request) && !forOthers) return
       if (fresh === undefined) {
-        request.fill?.settle(undefined)
+        request.fill?.flight.settle(undefined)
+        if (callerGone(request)) return
         // No newer token came: the caller gets the upstream's own answer.
         reply.hijack()
         sendHeld(reply.raw, answer)

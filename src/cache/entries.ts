@@ -41,10 +41,11 @@ export function standing (entry: Entry, now: number): Standing {
 /** How long an entry is kept at all, from when it was stored. */
 export const lifetimeMs = (entry: Pick<Entry, 'freshMs' | 'staleMs'>): number => entry.freshMs + entry.staleMs
 
-/** The bytes an entry takes, near enough: its body and its headers. */
+/** The bytes an entry takes, near enough: its body, its headers, its path and rule, its Vary digests. */
 export function entrySize (entry: Entry): number {
-  let size = entry.body.length + 256
+  let size = entry.body.length + 256 + entry.display.length + entry.rule.length
   for (const [name, value] of Object.entries(entry.headers)) size += name.length + String(value).length
+  for (const [name, digest] of entry.vary) size += name.length + digest.length + 16
   return size
 }
 

@@ -4,6 +4,7 @@
 // waiting for the fill gets its outcome through `settle`, whatever became of its own caller.
 import type { CacheOption, Rule } from '../quota/rules.js'
 import type { Entry } from './entries.js'
+import type { Flight } from './flights.js'
 import { cacheStatus, decide, withUpstream, type CacheKey, type Decision, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
 
@@ -15,13 +16,14 @@ export interface Fill {
   /** The path and query as forwarded, and the caller's headers: what TI answered. */
   readonly path: string
   readonly requestHeaders: Headers
+  /** The caller's method: a HEAD is fetched as a GET (its answer stored), and answered with the headers only. */
   readonly method: string
   /** The stored answer it refreshes (stale, or fresh when the caller asked for TI's): it stands in if TI fails. */
   readonly found: Entry | undefined
   /** How it asked: `miss` (nothing stored), `stale`, `request` (the caller's no-cache). */
   readonly fwd: 'miss' | 'stale' | 'request'
-  /** Ends the flight: its waiters get the stored answer, or go on by themselves (a HEAD leads none). */
-  readonly settle: (entry: Entry | undefined) => void
+  /** The flight this request leads: its waiters get what it stores, or go on by themselves. */
+  readonly flight: Flight
   decision: Decision | undefined
   /** TI's own Cache-Status (a cache on its side), kept apart from the one added for a pass-through. */
   upstreamStatus?: string | string[]
@@ -32,12 +34,16 @@ export type Serve = (entry: Entry, params: StatusParams, result: CacheResult) =>
 
 /** TI's status line and headers arrived: decide whether the answer will be stored, and label them for a pass-through. */
 export function fillAnswered (cache: ReadCache, fill: Fill, statusCode: number, headers: Headers): void {
-  const decision = fill.method === 'GET' ? decide(fill.rule.cache, fill.path, fill.requestHeaders, statusCode, headers) : undefined
+  let decision = decide(fill.rule.cache, fill.path, fill.requestHeaders, statusCode, headers)
+  // Held whole while it arrives, within the flights' share of CACHE_MAX_BYTES; beyond it, passed on.
+  if (decision.store && !fill.flight.reserve(Math.min(cache.entryMaxBytes, Number(headers['content-length'] ?? cache.entryMaxBytes) || cache.entryMaxBytes))) {
+    decision = { store: false, why: 'busy' }
+  }
   fill.decision = decision
-  if (decision !== undefined && !decision.store && decision.why !== 'status') cache.notStored(fill.rule.id, decision.why)
+  if (!decision.store && decision.why !== 'status') cache.notStored(fill.rule.id, decision.why)
   // What the caller sees if the answer is passed on as it comes: not stored, and why (a
   // storable one is passed on only if it outgrows CACHE_ENTRY_MAX_BYTES).
-  const detail = decision === undefined || (!decision.store && decision.why === 'status') ? undefined : decision.store ? 'too-large' : decision.why
+  const detail = !decision.store && decision.why === 'status' ? undefined : decision.store ? 'too-large' : decision.why
   // Ours first, before any cache's on TI's side (RFC 9211 §2): written with TI's headers.
   const upstream = headers['cache-status']
   if (upstream === undefined) delete fill.upstreamStatus
@@ -63,27 +69,27 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     // Stored as TI sent it: its own Cache-Status only (ours is added each time it is served).
     const { 'cache-status': _ours, ...headers } = answer.headers
     const entry = cache.store(fill.key, fill.rule.id, decision, { ...answer, headers: { ...headers, 'cache-status': fill.upstreamStatus } })
-    fill.settle(entry)
+    fill.flight.settle(entry)
     if (entry === undefined) return false
     serve?.(entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
     return true
   }
   if (fill.found !== undefined && standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
-    fill.settle(fill.found)
+    fill.flight.settle(fill.found, true)
     serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
-  fill.settle(undefined)
+  fill.flight.settle(undefined)
   return false
 }
 
 /** TI could not be reached, or failed before its status line: the stored answer stands in if it may. */
 export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefined): boolean {
   if (fill.found === undefined || !standsIn(cache, fill)) {
-    fill.settle(undefined)
+    fill.flight.settle(undefined)
     return false
   }
-  fill.settle(fill.found)
+  fill.flight.settle(fill.found, true)
   serve?.(fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
   return true
 }

@@ -15,7 +15,7 @@ export const KEYED_HEADERS = ['accept', 'accept-language', 'accept-encoding'] as
 export const CACHE_NAME = 'store-auth-proxy'
 
 export interface CacheKey {
-  /** A digest of everything keyed: the path and query as forwarded, and the KEYED_HEADERS. */
+  /** A digest of everything keyed: the upstream, the path and query as forwarded, and the KEYED_HEADERS. */
   readonly id: string
   /** The path with the query's values left out (they may be personal): for /status. */
   readonly display: string
@@ -23,9 +23,12 @@ export interface CacheKey {
 
 const headerValue = (value: Headers[string]): string => Array.isArray(value) ? value.join(', ') : value ?? ''
 
-/** The key of a GET or HEAD request forwarded as `path` (path and query as they go upstream). */
-export function cacheKey (path: string, headers: Headers): CacheKey {
-  const hash = createHash('sha256').update(path)
+/**
+ * The key of a GET or HEAD request forwarded to `upstream` (UPSTREAM_URL: sidecars on one
+ * credential may front different store APIs) as `path` (path and query as they go upstream).
+ */
+export function cacheKey (upstream: string, path: string, headers: Headers): CacheKey {
+  const hash = createHash('sha256').update(`${upstream}\n${path}`)
   for (const name of KEYED_HEADERS) hash.update(`\n${headerValue(headers[name])}`)
   return { id: hash.digest('hex').slice(0, 32), display: displayPath(path) }
 }
@@ -34,7 +37,8 @@ export function cacheKey (path: string, headers: Headers): CacheKey {
 export function displayPath (path: string): string {
   const queryAt = path.indexOf('?')
   if (queryAt === -1) return path
-  const names = path.slice(queryAt + 1).split('&').filter((p) => p !== '').map((p) => `${p.split('=')[0] ?? ''}=…`)
+  // A field without `=` is all value (`?jane.doe@example.com`): it shows as … alone.
+  const names = path.slice(queryAt + 1).split('&').filter((p) => p !== '').map((p) => p.includes('=') ? `${p.split('=')[0] ?? ''}=…` : '…')
   return `${path.slice(0, queryAt)}?${names.join('&')}`
 }
 
@@ -62,7 +66,7 @@ export function requestCacheable (method: string, headers: Headers): boolean {
 }
 
 /** Why an answer is not stored. */
-export type NotStored = 'status' | 'no-store' | 'private' | 'no-cache' | 'set-cookie' | 'vary' | 'expired' | 'too-large' | 'incomplete'
+export type NotStored = 'status' | 'no-store' | 'private' | 'no-cache' | 'set-cookie' | 'vary' | 'expired' | 'too-large' | 'busy'
 
 export type Decision =
   | {
@@ -73,7 +77,7 @@ export type Decision =
     readonly staleMs: number
     /** Its age when it arrived (TI's Age header). */
     readonly initialAgeMs: number
-    /** The request headers TI's Vary names beyond KEYED_HEADERS, with this request's values. */
+    /** The request headers TI's Vary names beyond KEYED_HEADERS, with digests of this request's values (never the values). */
     readonly vary: ReadonlyArray<readonly [string, string]>
   }
   | { readonly store: false, readonly why: NotStored }
@@ -110,9 +114,10 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
   const freshMs = Math.min(option.freshMs, tiFreshMs)
   const staleMs = cc.has('must-revalidate') || cc.has('proxy-revalidate') ? 0 : option.staleMs
   if (freshMs <= 0 && staleMs <= 0) return { store: false, why: 'expired' }
+  // Authorization and Host are the sidecar's own on every request TI sees: the same for all callers.
   const vary = varyNames
-    .filter((n) => !(KEYED_HEADERS as readonly string[]).includes(n))
-    .map((n) => [n, headerValue(requestHeaders[n])] as const)
+    .filter((n) => !(KEYED_HEADERS as readonly string[]).includes(n) && n !== 'authorization' && n !== 'host')
+    .map((n) => [n, varyDigest(requestHeaders[n])] as const)
   return { store: true, freshMs, staleMs, initialAgeMs, vary }
 }
 
@@ -122,9 +127,14 @@ function joined (headers: Headers): Record<string, string> {
   return out
 }
 
+/** A Vary'd header's value as it is kept: a digest, so a stored answer never holds a caller's header (a credential, say). */
+function varyDigest (value: Headers[string]): string {
+  return value === undefined ? '' : createHash('sha256').update(headerValue(value)).digest('base64url').slice(0, 22)
+}
+
 /** Whether a stored answer's Vary headers match a request's. */
 export function varyMatches (vary: ReadonlyArray<readonly [string, string]>, headers: Headers): boolean {
-  return vary.every(([name, value]) => headerValue(headers[name]) === value)
+  return vary.every(([name, digest]) => varyDigest(headers[name]) === digest)
 }
 
 /** Cache-Status parameters (RFC 9211 §2). */

@@ -9,7 +9,8 @@ import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { Caller } from '../quota/guard.js'
-import { createMemoryStore, entrySize, standing, type Entry } from './entries.js'
+import { createMemoryStore, entrySize, lifetimeMs, standing, type Entry } from './entries.js'
+import { createFlights, type Flight, type FlightOutcome } from './flights.js'
 import { cacheStatus, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
 import type { SharedCache } from './redis-cache.js'
 
@@ -40,9 +41,13 @@ export interface Lookup {
 
 /** How often a request waiting for another sidecar's fetch looks for its answer in Redis. */
 export const FLEET_POLL_MS = 50
+/**
+ * The longest a request waits for another sidecar's fetch, whatever its marker says (a sidecar
+ * that died mid-fetch leaves one for up to a fetch's whole time): then it asks the budget.
+ */
+export const FLEET_WAIT_MAX_MS = 10_000
 
-/** What a request waiting for another's fetch gets: the stored answer, nothing stored, or it left. */
-export type FlightOutcome = Entry | undefined | 'gone'
+export type { Flight, FlightOutcome } from './flights.js'
 
 export interface CachedStatus {
   maxBytes: number
@@ -55,8 +60,11 @@ export interface CachedStatus {
 export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
   const memory = createMemoryStore({ clock, maxBytes, onEvict: (entry) => { metrics.cacheEvictions.inc({ rule: entry.rule }) } })
   metrics.measureCache(() => memory.bytes())
-  const flights = new Map<string, Set<(entry: Entry | undefined) => void>>()
+  // Every flight ends by telling the fleet its fetch is over.
+  const flights = createFlights({ holdBudgetBytes: maxBytes, onEnd: (id) => { tell(id, 1) } })
   let sharedProblem: string | undefined
+  /** Tells the fleet this sidecar fetches `id` for at most `ms` (1: it is done). */
+  const tell = (id: string, ms: number): void => { shared?.filling(id, ms).catch((err: unknown) => { redisFailed(err, 'a fetch notice') }) }
 
   function redisFailed (err: unknown, what: string): void {
     metrics.cacheRedisErrors.inc()
@@ -72,11 +80,12 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
    * Redis busy past the budget checks' timeout, and every caller would be refused).
    */
   const reading = new Map<string, ReturnType<SharedCache['get']>>()
-  function sharedLookup (from: SharedCache, id: string): ReturnType<SharedCache['get']> {
-    let read = reading.get(id)
+  function sharedLookup (from: SharedCache, id: string, ownLeftMs: number | undefined): ReturnType<SharedCache['get']> {
+    const k = ownLeftMs === undefined ? id : `${id} newer`
+    let read = reading.get(k)
     if (read === undefined) {
-      read = from.get(id).finally(() => { reading.delete(id) })
-      reading.set(id, read)
+      read = from.get(id, ownLeftMs).finally(() => { reading.delete(k) })
+      reading.set(k, read)
     }
     return read
   }
@@ -89,7 +98,9 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     let theirs: Entry | undefined
     let fleetFilling = false
     try {
-      const found = await sharedLookup(shared, key.id)
+      // A stale copy of our own: the entry is read only if Redis holds a newer one.
+      const ownLeftMs = own === undefined ? undefined : lifetimeMs(own) - (clock.now() - own.storedAt)
+      const found = await sharedLookup(shared, key.id, ownLeftMs)
       theirs = found.entry
       fleetFilling = found.filling
       sharedProblem = undefined
@@ -106,73 +117,43 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
 
   /**
    * Waits while another sidecar fetches `key` for the fleet: its fresh answer once it is in
-   * Redis, or nothing when that fetch ends without one (or takes longer than a fetch may).
+   * Redis, or nothing when that fetch ends without one (or takes longer than FLEET_WAIT_MAX_MS).
    */
   function awaitFleet (key: CacheKey, headers: Headers, caller: Caller): Promise<FlightOutcome> {
-    const deadline = clock.now() + fillMs
+    const deadline = clock.now() + Math.min(fillMs, FLEET_WAIT_MAX_MS)
     return new Promise((resolve) => {
+      let finished = false
       let cancel = (): void => {}
-      const left = (): void => {
+      const finish = (outcome: FlightOutcome): void => {
+        if (finished) return
+        finished = true
         cancel()
-        resolve('gone')
-      }
-      caller.once('close', left)
-      const done = (outcome: FlightOutcome): void => {
         caller.removeListener('close', left)
         resolve(outcome)
       }
+      const left = (): void => { finish('gone') }
+      caller.once('close', left)
       const look = (): void => {
         find(key, headers).then(({ entry, fleetFilling }) => {
-          if (entry !== undefined && standing(entry, clock.now()).fresh) done(entry)
-          else if (!fleetFilling || clock.now() >= deadline) done(undefined)
+          if (finished) return
+          if (entry !== undefined && standing(entry, clock.now()).fresh) finish({ entry, standsIn: false })
+          else if (!fleetFilling || clock.now() >= deadline) finish({ entry: undefined, standsIn: false })
           else cancel = clock.setTimer(look, FLEET_POLL_MS)
-        }, () => { done(undefined) })
+        }, () => { finish({ entry: undefined, standsIn: false }) })
       }
       cancel = clock.setTimer(look, FLEET_POLL_MS)
     })
   }
 
   /**
-   * Waits for the fetch in flight for `id`, if there is one (undefined: there is none). A
-   * caller that leaves stops waiting; the fetch goes on for the others.
+   * This request fetches `id` for everyone who asks meanwhile, here and (through a marker in
+   * Redis) in the fleet; undefined if a flight is under way here (join it). A flight that ends
+   * with nothing lets its waiters try again: one of them leads the next.
    */
-  function join (id: string, caller: Caller): Promise<FlightOutcome> | undefined {
-    const waiting = flights.get(id)
-    if (waiting === undefined) return undefined
-    return new Promise((resolve) => {
-      const left = (): void => {
-        waiting.delete(done)
-        resolve('gone')
-      }
-      const done = (entry: Entry | undefined): void => {
-        caller.removeListener('close', left)
-        resolve(entry)
-      }
-      waiting.add(done)
-      caller.once('close', left)
-    })
-  }
-
-  /**
-   * This request fetches `id` for everyone who asks meanwhile. The returned function ends the
-   * flight (once; later calls do nothing) with the stored answer, or nothing: its waiters then
-   * go on by themselves (each through the budget), as nginx's proxy_cache_lock does.
-   */
-  function lead (id: string): (entry: Entry | undefined) => void {
-    const waiting = new Set<(entry: Entry | undefined) => void>()
-    const mine = !flights.has(id)
-    if (mine) flights.set(id, waiting)
-    // The fleet's other sidecars wait for this fetch too, rather than spend their own budget.
-    const tell = (ms: number): void => { shared?.filling(id, ms).catch((err: unknown) => { redisFailed(err, 'a fetch notice') }) }
-    tell(fillMs)
-    let ended = false
-    return (entry) => {
-      if (ended) return
-      ended = true
-      tell(1)
-      if (mine) flights.delete(id)
-      for (const done of waiting) done(entry)
-    }
+  function lead (id: string): Flight | undefined {
+    const flight = flights.lead(id)
+    if (flight !== undefined) tell(id, fillMs)
+    return flight
   }
 
   /** Keeps TI's answer as `decision` allows, here and for the fleet; undefined if it is too large. */
@@ -196,7 +177,11 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
       display: key.display,
       storedAt: clock.now()
     }
-    memory.set(key.id, entry)
+    // Kept here, or (larger than this sidecar's whole cache) in the fleet's Redis only.
+    if (!memory.set(key.id, entry) && shared === undefined) {
+      notStored(rule, 'too-large')
+      return undefined
+    }
     metrics.cacheStores.inc({ rule })
     shared?.set(key.id, entry).then(() => { sharedProblem = undefined }, (err: unknown) => { redisFailed(err, 'a store') })
     return entry
@@ -228,7 +213,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
   return {
     find,
     awaitFleet,
-    join,
+    join: flights.join,
     lead,
     store,
     serve,
@@ -253,8 +238,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     },
     start: async (): Promise<void> => { await shared?.start() },
     async close (): Promise<void> {
-      for (const waiting of flights.values()) for (const done of waiting) done(undefined)
-      flights.clear()
+      flights.endAll()
       await shared?.close()
     }
   }

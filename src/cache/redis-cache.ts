@@ -25,33 +25,44 @@ export function createSharedCache ({ prefix, now, ...options }: SharedCacheOptio
   const key = (id: string): string => `${prefix}cache:${id}`
   const fillKey = (id: string): string => `${prefix}cache-fill:${id}`
   let connecting: Promise<void> | undefined
+  const ready = (): void => { if (client.status !== 'ready') throw new Error(`not connected (${client.status})`) }
+  /** A pipeline's results, or its first error. */
+  async function exec (pipeline: ReturnType<typeof client.pipeline>): Promise<unknown[]> {
+    const replies = (await pipeline.exec()) ?? []
+    for (const [err] of replies) if (err != null) throw err
+    return replies.map(([, result]) => result)
+  }
 
   return {
     displayUrl,
     /**
-     * The fleet's copy under `id` (none: none, or Redis cannot be asked now), and whether a
-     * sidecar is fetching it for the fleet now.
+     * The fleet's copy under `id` (none: none), and whether a sidecar is fetching it for the
+     * fleet now. With `unlessLeftMs` (this sidecar's copy has that long left), the entry is read
+     * only if Redis holds a newer one: a stale copy is not downloaded again on every use.
+     * Fails when Redis cannot be asked (not connected, or slower than the timeout).
      */
-    async get (id: string): Promise<{ entry?: Entry, filling: boolean }> {
-      if (client.status !== 'ready') return { filling: false }
+    async get (id: string, unlessLeftMs?: number): Promise<{ entry?: Entry, filling: boolean }> {
+      ready()
+      if (unlessLeftMs !== undefined) {
+        const [left, fill] = await exec(client.pipeline().pttl(key(id)).pttl(fillKey(id)))
+        // The same entry has the same time left (1 s for the clocks' reading moments).
+        if (!(Number(left) > unlessLeftMs + 1_000)) return { filling: Number(fill) > 0 }
+      }
       // One round trip (a pipeline: no MULTI needed): the value, how long its key has left (its
       // age, on Redis's clock), and how long the fleet's fetch of it may still take.
-      const replies = await client.pipeline().getBuffer(key(id)).pttl(key(id)).pttl(fillKey(id)).exec()
-      for (const [err] of replies ?? []) if (err != null) throw err
-      const value = replies?.[0]?.[1] as Buffer | null | undefined
-      const left = Number(replies?.[1]?.[1])
-      const filling = Number(replies?.[2]?.[1]) > 0
-      const entry = value == null || !(left > 0) ? undefined : decodeEntry(value, left, now())
+      const [value, left, fill] = await exec(client.pipeline().getBuffer(key(id)).pttl(key(id)).pttl(fillKey(id)))
+      const filling = Number(fill) > 0
+      const entry = value == null || !(Number(left) > 0) ? undefined : decodeEntry(value as Buffer, Number(left), now())
       return entry === undefined ? { filling } : { entry, filling }
     },
     /** Tells the fleet this sidecar fetches `id` for at most `ms` (or, with 1, that it is done). */
     async filling (id: string, ms: number): Promise<void> {
-      if (client.status !== 'ready') return
+      ready()
       await client.set(fillKey(id), '1', 'PX', Math.max(1, Math.round(ms)))
     },
     /** Stores `entry` for the fleet, for its whole life (fresh and stale). */
     async set (id: string, entry: Entry): Promise<void> {
-      if (client.status !== 'ready') return
+      ready()
       await client.set(key(id), encodeEntry(entry), 'PX', Math.max(1, Math.round(lifetimeMs(entry))))
     },
     up: (): boolean => client.status === 'ready',

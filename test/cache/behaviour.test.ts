@@ -162,17 +162,23 @@ t.test('TI fails a refresh (5xx, 429): the stale answer stands in (stale-if-erro
   t.equal((await s.get('/v2/store/a')).status, 429)
 })
 
-t.test('HEAD is answered from a stored GET, without the body; a HEAD miss stores nothing', async (t) => {
+t.test('HEAD: a miss is fetched as a GET and stored (no budget point spent for nothing); a hit has the headers only', async (t) => {
   const ti = await startTi(t)
-  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  const s = await cacheSidecar(t, ti, env('1/1h cache=1h'))
   const head = await s.get('/v2/store/a', {}, 'HEAD')
-  t.equal(head.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200')
-  await s.get('/v2/store/a')
+  t.equal(head.status, 200)
+  t.equal(head.body, '')
+  t.equal(head.headers['content-length'], String(catalogBody().length))
+  t.equal(head.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; stored; ttl=3600')
+  t.same(ti.received.map((r) => r.method), ['GET'], 'TI was asked for the whole answer')
+  const get = await s.get('/v2/store/a')
+  t.equal(get.body, catalogBody(), 'the GET that follows is served, though the 1/1h budget is spent')
+  t.match(get.headers['cache-status'], '; hit')
   const again = await s.get('/v2/store/a', {}, 'HEAD')
   t.equal(again.body, '')
   t.equal(again.headers['content-length'], String(catalogBody().length))
   t.match(again.headers['cache-status'], '; hit')
-  t.equal(ti.received.length, 2)
+  t.equal(ti.received.length, 1)
 })
 
 t.test('/status lists the entries without query values; a request with a Cookie bypasses the cache', async (t) => {

@@ -1,5 +1,6 @@
 // Review of the read cache: one fetch per key, and what a request that waited for another's
-// fetch is told. DEFECT tests fail on the code reviewed; PROBE tests passed on it.
+// fetch is told. Regression tests failed on the code reviewed (each defect
+// fixed since); PROBE tests passed on it.
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { eventually } from '../helpers/eventually.js'
@@ -18,7 +19,7 @@ async function inFlight (t: Test, s: CacheSidecar, n: number): Promise<void> {
     ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) >= n)
 }
 
-t.test('DEFECT: waiters released by a fetch that stored nothing all fetch at once: no new leader, one TI call each', async (t) => {
+t.test('Regression: waiters released by a fetch that stored nothing all fetch at once: no new leader, one TI call each', async (t) => {
   const ti = await startTi(t)
   let n = 0
   ti.answer(() => (n++ === 0 ? { status: 503, body: 'busy' } : { status: 200, body: 'the catalog' }))
@@ -36,7 +37,7 @@ t.test('DEFECT: waiters released by a fetch that stored nothing all fetch at onc
   t.equal(ti.received.length, 2, `TI saw the failed fetch and one more (it saw ${ti.received.length})`)
 })
 
-t.test('DEFECT: a waiter of a fetch whose answer TI marks max-age=0 is told detail=stale-error (and counted stale), though TI did not fail', async (t) => {
+t.test('Regression: a waiter of a fetch whose answer TI marks max-age=0 is told detail=stale-error (and counted stale), though TI did not fail', async (t) => {
   const ti = await startTi(t)
   ti.answer(() => ({ status: 200, headers: { 'cache-control': 'max-age=0' }, body: 'now' }))
   const s = await cacheSidecar(t, ti, env('100/1h cache=1h stale=1h'))
@@ -100,7 +101,7 @@ t.test('PROBE: waiters leaving before, during and after the fetch: the rest are 
     ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0)
 })
 
-t.test('DEFECT: waiters that TI\'s Vary tells apart from the fetch they waited for all fetch at once, though they ask the same', async (t) => {
+t.test('Regression: waiters that TI\'s Vary tells apart from the fetch they waited for all fetch at once, though they ask the same', async (t) => {
   const ti = await startTi(t)
   ti.answer((req) => ({ status: 200, headers: { vary: 'X-Tenant' }, body: `for ${String(req.headers['x-tenant'])}` }))
   const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))

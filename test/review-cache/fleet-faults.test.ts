@@ -1,5 +1,6 @@
 // Review of the read cache across a fleet: a fetch marker left behind, Redis slow, down, and
-// what a stale entry costs. DEFECT tests fail on the code reviewed; PROBE tests passed on it.
+// what a stale entry costs. Regression tests failed on the code reviewed (each defect
+// fixed since); PROBE tests passed on it.
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
@@ -26,8 +27,8 @@ async function infoField (client: Redis, section: string, pattern: RegExp): Prom
 }
 
 /** The marker a sidecar that fetches `path` sets in Redis for the fleet. */
-function fillMarker (authUrl: string, path: string): string {
-  return `${redisKeyPrefix(authUrl, CLIENT_ID)}cache-fill:${cacheKey(path, ASKS).id}`
+function fillMarker (authUrl: string, upstreamUrl: string, path: string): string {
+  return `${redisKeyPrefix(authUrl, CLIENT_ID)}cache-fill:${cacheKey(upstreamUrl, path, ASKS).id}`
 }
 
 t.test('PROBE: a fetch marker left by a sidecar that died: a miss waits for it at most its own fetch time (fillMs), then fetches', async (t) => {
@@ -39,7 +40,7 @@ t.test('PROBE: a fetch marker left by a sidecar that died: a miss waits for it a
     RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0', UPSTREAM_QUEUE_TIMEOUT_MS: '200', UPSTREAM_TIMEOUT_MS: '1000'
   }, { redisUrl: redis.url, authUrl: standIn.url, systemClock: true })
   // Left behind for ten minutes (longer than this sidecar's fillMs: another one's, configured otherwise).
-  t.equal(await redis.command('SET', fillMarker(standIn.url, '/v2/store/a'), '1', 'PX', '600000'), '+OK')
+  t.equal(await redis.command('SET', fillMarker(standIn.url, ti.url, '/v2/store/a'), '1', 'PX', '600000'), '+OK')
   const started = performance.now()
   const answer = await s.get('/v2/store/a', ASKS)
   const waited = performance.now() - started
@@ -49,7 +50,7 @@ t.test('PROBE: a fetch marker left by a sidecar that died: a miss waits for it a
   t.equal(ti.received.length, 1)
 })
 
-t.test('DEFECT: a stale entry is downloaded whole from Redis on every request that it answers', async (t) => {
+t.test('Regression: a stale entry is downloaded whole from Redis on every request that it answers', async (t) => {
   const redis = await startRedis(t)
   const ti = await startTi(t)
   const body = catalogBody(256 * 1024)
@@ -70,7 +71,7 @@ t.test('DEFECT: a stale entry is downloaded whole from Redis on every request th
   t.equal(ti.received.length, 1)
 })
 
-t.test('DEFECT: a caller that leaves while a fleet-wait lookup is in Redis leaves its poll running (every 50 ms, for up to fillMs)', async (t) => {
+t.test('Regression: a caller that leaves while a fleet-wait lookup is in Redis leaves its poll running (every 50 ms, for up to fillMs)', async (t) => {
   const redis = await startRedis(t)
   const ti = await startTi(t)
   const standIn = await startStandIn(t, { tokenLifetimeMs: 3 * DAY })
@@ -83,7 +84,7 @@ t.test('DEFECT: a caller that leaves while a fleet-wait lookup is in Redis leave
   await sleep(500)
   const idle = await gets() - idle0
   // Another sidecar fetches this for the next 5 s (longer than the test looks).
-  await redis.command('SET', fillMarker(standIn.url, '/v2/store/a'), '1', 'PX', '5000')
+  await redis.command('SET', fillMarker(standIn.url, ti.url, '/v2/store/a'), '1', 'PX', '5000')
   const leaver = new AbortController()
   const left = request(s.proxyUrl + '/v2/store/a', { headers: ASKS, signal: leaver.signal }).then(() => 'answered', () => 'left')
   await sleep(200)
@@ -101,7 +102,7 @@ t.test('DEFECT: a caller that leaves while a fleet-wait lookup is in Redis leave
   t.equal(ti.received.length, 0)
 })
 
-t.test('DEFECT (operability): with Redis down, cache lookups fail silently: cache_redis_errors_total stays 0', async (t) => {
+t.test('Regression (operability): with Redis down, cache lookups fail silently: cache_redis_errors_total stays 0', async (t) => {
   const redis = await startRedis(t)
   const ti = await startTi(t)
   const s = await cacheSidecar(t, ti, { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0' },

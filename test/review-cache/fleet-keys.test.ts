@@ -1,5 +1,6 @@
 // Review of the read cache: whose answers the fleet's Redis shares, and shutting down with
-// callers waiting. DEFECT tests fail on the code reviewed; PROBE tests passed on it.
+// callers waiting. Regression tests failed on the code reviewed (each defect
+// fixed since); PROBE tests passed on it.
 import t from 'tap'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
@@ -9,7 +10,7 @@ import { DAY, cacheSidecar, startTi } from '../cache/fixture.js'
 
 const ENV = { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0' }
 
-t.test('DEFECT: two sidecars on one credential and one Redis but different UPSTREAM_URLs serve each other\'s answers', async (t) => {
+t.test('Regression: two sidecars on one credential and one Redis but different UPSTREAM_URLs serve each other\'s answers', async (t) => {
   const redis = await startRedis(t)
   const production = await startTi(t)
   production.answer(() => ({ status: 200, body: 'production catalog' }))

@@ -1,12 +1,13 @@
 // Review of the read cache: HEAD on a rule with cache= and a tight budget (the catalog's 1/4h).
-// DEFECT tests fail on the code reviewed; PROBE tests passed on it.
+// Regression tests failed on the code reviewed (each defect
+// fixed since); PROBE tests passed on it.
 import t from 'tap'
 import { eventually } from '../helpers/eventually.js'
 import { CATALOG, cacheSidecar, catalogBody, startTi } from '../cache/fixture.js'
 
 const ENV = { RATE_LIMITS: `GET ${CATALOG} 1/4h cache=4h stale=1d`, RATE_LIMIT_MAX_WAIT_MS: '0' }
 
-t.test('DEFECT: a HEAD that finds nothing spends the catalog\'s one call and stores nothing: the GETs after it get 429 for four hours', async (t) => {
+t.test('Regression: a HEAD that finds nothing spends the catalog\'s one call and stores nothing: the GETs after it get 429 for four hours', async (t) => {
   const ti = await startTi(t)
   const s = await cacheSidecar(t, ti, ENV)
   const head = await s.get(CATALOG, {}, 'HEAD')
@@ -17,7 +18,7 @@ t.test('DEFECT: a HEAD that finds nothing spends the catalog\'s one call and sto
   t.equal(ti.received.length, 1, 'one call to TI serves both (a HEAD miss fetched as a GET, as nginx\'s proxy_cache_convert_head does)')
 })
 
-t.test('DEFECT: a HEAD during the catalog\'s fetch does not wait for it: it asks the spent budget and gets 429', async (t) => {
+t.test('Regression: a HEAD during the catalog\'s fetch does not wait for it: it asks the spent budget and gets 429', async (t) => {
   const ti = await startTi(t)
   const s = await cacheSidecar(t, ti, ENV)
   ti.hold()

@@ -1,6 +1,6 @@
 // Review of the read cache on one sidecar (fake clock, no Redis): honest headers, keys that
-// never cross, what may be stored, and what /status shows. DEFECT tests fail on the code
-// reviewed; PROBE tests passed on it.
+// never cross, what may be stored, and what /status shows. Regression tests failed on
+// the code reviewed (each defect fixed since); PROBE tests passed on it.
 import t from 'tap'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -11,19 +11,20 @@ const env = (limits: string, more: Record<string, string> = {}): Record<string, 
   ({ RATE_LIMITS: `GET /v2/store/** ${limits}`, RATE_LIMIT_MAX_WAIT_MS: '0', ...more })
 const TI_DATE = 'Mon, 23 Nov 2026 10:00:00 GMT'
 
-t.test('DEFECT: an answer within CACHE_ENTRY_MAX_BYTES but over CACHE_MAX_BYTES with its overhead is labelled stored, yet nothing is kept', async (t) => {
+t.test('Regression: an answer within CACHE_ENTRY_MAX_BYTES but over CACHE_MAX_BYTES with its overhead is never labelled stored (it was, and nothing was kept)', async (t) => {
   const ti = await startTi(t)
   // The settings check allows CACHE_ENTRY_MAX_BYTES = CACHE_MAX_BYTES; an entry's size counts 256 bytes and its headers more.
   ti.answer(() => ({ status: 200, body: 'x'.repeat(65_400) }))
   const s = await cacheSidecar(t, ti, env('100/1h cache=1h', { CACHE_MAX_BYTES: '65536', CACHE_ENTRY_MAX_BYTES: '65536' }))
   const first = await s.get('/v2/store/a')
-  t.equal(first.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; stored; ttl=3600')
+  t.equal(first.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; detail=too-large')
+  t.equal(first.body.length, 65_400)
   const again = await s.get('/v2/store/a')
-  t.match(again.headers['cache-status'], '; hit', 'what was labelled stored answers the next request')
-  t.equal(ti.received.length, 1, `TI saw ${ti.received.length} calls`)
+  t.match(again.headers['cache-status'], 'fwd=miss', 'nothing claimed stored, nothing served as a hit')
+  t.equal(ti.received.length, 2)
 })
 
-t.test('DEFECT: /status shows a query field\'s value when it has no `=` (e.g. ?jane.doe@example.com)', async (t) => {
+t.test('Regression: /status shows a query field\'s value when it has no `=` (e.g. ?jane.doe@example.com)', async (t) => {
   const ti = await startTi(t)
   const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
   await s.get('/v2/store/orders?jane.doe@example.com')

@@ -1,5 +1,5 @@
-// Review of the read cache: what reaches Redis, /status, Cache-Status and the logs. DEFECT
-// tests fail on the code reviewed; PROBE tests passed on it.
+// Review of the read cache: what reaches Redis, /status, Cache-Status and the logs. Regression
+// tests failed on the code reviewed (each defect fixed since); PROBE tests passed on it.
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { CLIENT_SECRET } from '../helpers/build.js'
@@ -22,7 +22,7 @@ async function storedValues (url: string): Promise<string> {
   }
 }
 
-t.test('DEFECT: TI\'s Vary: Authorization puts the caller\'s own Authorization value, in clear, into the entry in Redis', async (t) => {
+t.test('Regression: TI\'s Vary: Authorization puts the caller\'s own Authorization value, in clear, into the entry in Redis', async (t) => {
   const redis = await startRedis(t, { password: REDIS_PASSWORD })
   const ti = await startTi(t)
   ti.answer(() => ({ status: 200, headers: { vary: 'Authorization' }, body: 'the catalog' }))

@@ -1,5 +1,5 @@
-// Review of the read cache: a token revoked while requests wait for another's fetch. DEFECT
-// tests fail on the code reviewed; PROBE tests passed on it.
+// Review of the read cache: a token revoked while requests wait for another's fetch. Regression
+// tests failed on the code reviewed (each defect fixed since); PROBE tests passed on it.
 import t from 'tap'
 import { request } from 'undici'
 import { eventually } from '../helpers/eventually.js'
@@ -8,7 +8,7 @@ import { cacheSidecar, startTi } from '../cache/fixture.js'
 
 const ENV = { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0' }
 
-t.test('DEFECT: waiters go on with the token they took before waiting, though the fetch they waited for had it refused: a 401 and a replay each', async (t) => {
+t.test('Regression: waiters go on with the token they took before waiting, though the fetch they waited for had it refused: a 401 and a replay each', async (t) => {
   const ti = await startTi(t)
   let revoked: string | undefined
   ti.answer((req) => {

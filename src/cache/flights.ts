@@ -1,0 +1,89 @@
+// One fetch per key in this sidecar: the first request that misses leads a flight, the others
+// wait for its outcome, like the token's single-flight. A waiter that leaves stops waiting; the
+// flight goes on for the others. While a leader reads TI's answer whole it holds memory: the
+// flights together hold at most a budget of bytes, so a burst of misses on many keys cannot
+// take more than the cache itself may.
+import type { Entry } from './entries.js'
+
+/** What a flight ended with: the stored answer, or one standing in for TI's failure, or none. */
+export interface FlightResult {
+  readonly entry: Entry | undefined
+  /** The entry is a stale one standing in for TI's failure, not a new answer. */
+  readonly standsIn: boolean
+}
+
+/** What a waiter gets: the flight's result, or that its caller left. */
+export type FlightOutcome = FlightResult | 'gone'
+
+export interface Flight {
+  /** Ends the flight (once; later calls do nothing) and releases what it held. */
+  settle: (entry: Entry | undefined, standsIn?: boolean) => void
+  /** Reserves `bytes` to hold TI's answer while it arrives; false when the flights' budget is spent. */
+  reserve: (bytes: number) => boolean
+}
+
+/** The caller's side of an exchange: it emits 'close' when the caller leaves. */
+interface Caller {
+  once: (event: 'close', listener: () => void) => unknown
+  removeListener: (event: 'close', listener: () => void) => unknown
+}
+
+const NOTHING: FlightResult = Object.freeze({ entry: undefined, standsIn: false })
+
+export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: number, onEnd: (id: string) => void }) {
+  const flights = new Map<string, Set<(result: FlightResult) => void>>()
+  let held = 0
+
+  return {
+    /** Waits for the flight of `id` (undefined: there is none now). */
+    join (id: string, caller: Caller): Promise<FlightOutcome> | undefined {
+      const waiting = flights.get(id)
+      if (waiting === undefined) return undefined
+      return new Promise((resolve) => {
+        const left = (): void => {
+          waiting.delete(done)
+          resolve('gone')
+        }
+        const done = (result: FlightResult): void => {
+          caller.removeListener('close', left)
+          resolve(result)
+        }
+        waiting.add(done)
+        caller.once('close', left)
+      })
+    },
+
+    /** Starts the flight of `id`; undefined if one is under way (join it instead). */
+    lead (id: string): Flight | undefined {
+      if (flights.has(id)) return undefined
+      const waiting = new Set<(result: FlightResult) => void>()
+      flights.set(id, waiting)
+      let reserved = 0
+      let ended = false
+      return {
+        settle (entry, standsIn = false) {
+          if (ended) return
+          ended = true
+          held -= reserved
+          reserved = 0
+          flights.delete(id)
+          onEnd(id)
+          const result = entry === undefined ? NOTHING : { entry, standsIn }
+          for (const done of waiting) done(result)
+        },
+        reserve (bytes) {
+          if (ended || held + bytes > holdBudgetBytes) return false
+          held += bytes
+          reserved += bytes
+          return true
+        }
+      }
+    },
+
+    /** Ends every flight with nothing (shutting down): their waiters go on by themselves. */
+    endAll (): void {
+      for (const waiting of flights.values()) for (const done of waiting) done(NOTHING)
+      flights.clear()
+    }
+  }
+}

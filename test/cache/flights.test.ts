@@ -1,0 +1,55 @@
+// One fetch per key: who leads, who waits, what the waiters get, and the bytes the flights may hold.
+import { EventEmitter } from 'node:events'
+import t from 'tap'
+import { createFlights } from '../../src/cache/flights.js'
+import type { Entry } from '../../src/cache/entries.js'
+
+const entry = { display: '/a' } as unknown as Entry
+const caller = (): EventEmitter & { once: (e: 'close', l: () => void) => EventEmitter } => new EventEmitter()
+
+t.test('one leader per key; waiters get its outcome; a leaving waiter stops waiting, the others do not', async (t) => {
+  const ended: string[] = []
+  const flights = createFlights({ holdBudgetBytes: 100, onEnd: (id) => { ended.push(id) } })
+  t.equal(flights.join('a', caller()), undefined, 'nothing to join yet')
+  const flight = flights.lead('a')
+  t.ok(flight)
+  t.equal(flights.lead('a'), undefined, 'a second leader for the same key is refused')
+  t.ok(flights.lead('b'), 'another key leads its own')
+  const leaving = caller()
+  const w1 = flights.join('a', caller())
+  const w2 = flights.join('a', leaving)
+  leaving.emit('close')
+  t.equal(await w2, 'gone')
+  t.equal(leaving.listenerCount('close'), 0)
+  flight?.settle(entry, true)
+  t.same(await w1, { entry, standsIn: true })
+  t.same(ended, ['a'])
+  flight?.settle(undefined)
+  t.same(ended, ['a'], 'settled once')
+  t.equal(flights.join('a', caller()), undefined, 'over: the next one leads')
+  const again = flights.lead('a')
+  const w3 = flights.join('a', caller())
+  again?.settle(undefined)
+  t.same(await w3, { entry: undefined, standsIn: false })
+})
+
+t.test('the flights together hold at most their budget of bytes; settling gives it back', async (t) => {
+  const flights = createFlights({ holdBudgetBytes: 100, onEnd: () => {} })
+  const a = flights.lead('a')
+  const b = flights.lead('b')
+  t.ok(a?.reserve(60))
+  t.notOk(b?.reserve(41), 'over the budget')
+  t.ok(b?.reserve(40))
+  a?.settle(undefined)
+  t.notOk(a?.reserve(1), 'an ended flight reserves nothing')
+  t.ok(flights.lead('c')?.reserve(60), 'a\'s bytes came back')
+})
+
+t.test('endAll: every waiter goes on by itself', async (t) => {
+  const flights = createFlights({ holdBudgetBytes: 1, onEnd: () => {} })
+  flights.lead('a')
+  const w = flights.join('a', caller())
+  flights.endAll()
+  t.same(await w, { entry: undefined, standsIn: false })
+  t.equal(flights.join('a', caller()), undefined)
+})
