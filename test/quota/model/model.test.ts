@@ -48,9 +48,10 @@ const LIVENESS_FLOOR = 10
 
 t.setTimeout(Math.max(180_000, 5 * GROUP_TIME_LIMIT_MS))
 // A run mostly waits (windows, quiet periods, heartbeats: about a tenth of it is CPU), and
-// each has a fleet, a redis-server and ports of its own: two groups at a time halve the
-// file's time. The event-loop probe in run.ts still excuses only the stalls it sees.
-t.jobs = 2
+// each has a fleet, a redis-server and ports of its own: the four groups run side by side
+// (the file is among the last tap starts, so its length is the suite's tail). The
+// event-loop probe in run.ts still excuses only the stalls it sees.
+t.jobs = 4
 
 const seen = new Map<FaultKind, number>()
 let livenessChecked = 0
