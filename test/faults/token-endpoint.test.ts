@@ -71,13 +71,23 @@ t.test('while a valid token is held, an outage is invisible to callers', async (
 })
 
 t.test('429 with Retry-After: the next attempt waits the seconds it says', async (t) => {
-  const { endpoint, app } = await setup(t, 'rate_limited')
-  await eventually(t, 'a token request', () => endpoint.requests() >= 1)
+  // On a fake clock: the 2 s are moved, not waited. The backoff's own draw is a few ms
+  // (quickBackoff), so only the Retry-After can hold the retry back.
+  const clock = fakeClock(Date.now())
+  const { endpoint, app } = await setup(t, 'rate_limited', {}, { clock: clock.clock })
+  await eventually(t, 'the 429 answered and the retry scheduled', () => {
+    const state = app.tokens.state()
+    return state.lastFailure === 'rate_limited' && !state.refreshing && state.nextAttemptAt !== undefined
+  })
   endpoint.setFault('ok')
-  await eventually(t, 'a token held', () => app.tokens.current() !== undefined, 6000)
-  const [first, second] = endpoint.arrivals
-  t.equal(first?.fault, 'rate_limited')
-  t.ok((second?.at ?? 0) - (first?.at ?? 0) >= 1950, `retried after ${(second?.at ?? 0) - (first?.at ?? 0)} ms (Retry-After: 2)`)
+  await clock.tick(1999)
+  // A retry that had started would be in flight (refreshing) or done (a token held).
+  const early = app.tokens.state()
+  t.same({ refreshing: early.refreshing, hasValidToken: early.hasValidToken, requests: endpoint.requests() },
+    { refreshing: false, hasValidToken: false, requests: 1 }, 'no second attempt within the 2 s the 429 said (Retry-After: 2)')
+  await clock.tick(1)
+  await eventually(t, 'a token held once the 2 s are over', () => app.tokens.current() !== undefined)
+  t.same(endpoint.arrivals.map((a) => a.fault), ['rate_limited', 'ok'], 'one attempt, then the retry')
 })
 
 t.test('401 invalid_client: one quick retry, one ERROR with the code, not ready, slow retries, no crash, ready once fixed', async (t) => {

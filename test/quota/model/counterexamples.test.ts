@@ -7,6 +7,10 @@ import { runSchedule } from './run.js'
 import { MODEL_FLEET, type Command, type FleetConfig } from './schedule.js'
 
 t.setTimeout(120_000)
+// Each schedule mostly waits (its windows, then a quiet period before the recovery
+// check) on a fleet, a redis-server and ports of its own: five at a time (the file is
+// among the last tap starts, so its length is the suite's tail).
+t.jobs = 5
 
 /** `todo`: the schedule runs and is checked, its failure reported but not counted (an open finding). */
 async function holds (t: Test, config: FleetConfig, schedule: Command[], { todo }: { todo?: string } = {}): Promise<void> {

@@ -59,7 +59,11 @@ export interface RunReport {
 }
 
 class ViolationError extends Error {
-  constructor (readonly violation: Violation) { super(`${violation.check}: ${violation.message}`) }
+  readonly violation: Violation
+  constructor (violation: Violation) {
+    super(`${violation.check}: ${violation.message}`)
+    this.violation = violation
+  }
 }
 
 const ruleIndexOf = (rules: RuleModel[], path: PathKind): number => rules.findIndex((r) => r.paths.includes(path))
