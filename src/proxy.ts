@@ -15,7 +15,8 @@ import type { QuotaGuard, Ticket, Verdict } from './quota/guard.js'
 import type { CacheOption, Rule } from './quota/rules.js'
 import type { Entry } from './cache/entries.js'
 import { fillAnswered, fillFailed, fillHeld, fillHolds, type Fill, type Serve } from './cache/fill.js'
-import { asksForFresh, cacheKey, requestCacheable, varyMatches, type StatusParams } from './cache/policy.js'
+import { cachedRequest } from './cache/cached-request.js'
+import { requestCacheable, type StatusParams } from './cache/policy.js'
 import type { CacheResult, ReadCache } from './cache/read-cache.js'
 import type { Token, TokenManager } from './token/token-manager.js'
 
@@ -216,7 +217,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
     if (cache !== undefined && rule?.cache !== undefined && request.fill === null && requestCacheable(request.method, request.headers)) {
-      cached(request, reply, rule as Rule & { cache: CacheOption }, cache).catch((err: unknown) => {
+      cached(request, reply, rule as Rule & { cache: CacheOption }).catch((err: unknown) => {
         request.fill?.flight.settle(undefined)
         request.log.error({ err }, 'read cache failed')
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
@@ -234,55 +235,6 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     })
   }
 
-  /**
-   * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
-   * budget. Otherwise one request fetches for every request that asks meanwhile (they wait for
-   * it; a HEAD is fetched as a GET, so its answer serves both), through the budget as any
-   * request; a stored answer within stale= stands in when the budget refuses or TI fails.
-   */
-  async function cached (request: FastifyRequest, reply: FastifyReply, rule: Rule & { cache: CacheOption }, readCache: ReadCache): Promise<void> {
-    const path = forwardedPath(request)
-    const key = cacheKey(upstreamUrl, path, request.headers)
-    const fresh = asksForFresh(request.headers)
-    const { entry: found, fleetFilling } = await readCache.find(key, request.headers)
-    if (callerGone(request)) return
-    if (found !== undefined && !fresh && readCache.standing(found).fresh) {
-      serveCached(reply, found, request.method, { hit: true }, 'hit')
-      return
-    }
-    // Another request here fetches it, or (failing that, once) another sidecar of the fleet:
-    // wait for its answer. One that ends with nothing for this request lets it try again.
-    let askFleet = fleetFilling && found === undefined
-    for (;;) {
-      const other = readCache.join(key.id, reply.raw) ?? (askFleet ? readCache.awaitFleet(key, request.headers, reply.raw) : undefined)
-      if (other === undefined) break
-      askFleet = false
-      const outcome = await other
-      if (outcome === 'gone' || callerGone(request)) return
-      // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
-      const { entry, standsIn } = outcome
-      if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
-        serveCached(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, standsIn ? 'stale' : 'coalesced')
-        return
-      }
-    }
-    const flight = readCache.lead(key.id)
-    if (flight === undefined) throw new Error('a flight started while none was under way')
-    request.fill = {
-      key,
-      rule,
-      path,
-      requestHeaders: request.headers,
-      method: request.method,
-      found,
-      fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
-      flight,
-      decision: undefined
-    }
-    // With a stored answer to stand in, a spent budget is not waited for.
-    admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
-  }
-
   function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
     reply.hijack()
     cache?.serve(reply.raw, entry, method, params, result)
@@ -292,6 +244,10 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   function serverFor (request: FastifyRequest, reply: FastifyReply): Serve | undefined {
     return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
   }
+
+  const cached = cache === undefined
+    ? async () => {}
+    : cachedRequest({ cache, quota, upstreamUrl, admitted, serve: serveCached, callerGone, forwardedPath })
 
   function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
@@ -453,14 +409,14 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 }
 
 /** The path and query as they go upstream. */
-function forwardedPath (request: FastifyRequest): string {
+export function forwardedPath (request: FastifyRequest): string {
   const url = request.raw.url ?? '/'
   const queryAt = url.indexOf('?')
   return (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt))
 }
 
 /** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */
-function callerGone (request: FastifyRequest): boolean {
+export function callerGone (request: FastifyRequest): boolean {
   return request.exchange?.gone === true || request.raw.socket?.destroyed === true
 }
 

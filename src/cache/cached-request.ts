@@ -1,0 +1,74 @@
+// A request of a rule with cache=, from its arrival to an answer: served from the cache, or
+// waiting for another request's fetch (here or in the fleet), or fetching for everyone who
+// asks meanwhile — through the quota guard, as any send. What happens to TI's answer is fill.ts's.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { QuotaGuard, Verdict } from '../quota/guard.js'
+import type { CacheOption, Rule } from '../quota/rules.js'
+import type { Entry } from './entries.js'
+import { asksForFresh, cacheKey, varyMatches, type StatusParams } from './policy.js'
+import type { CacheResult, ReadCache } from './read-cache.js'
+
+export interface CachedRequestOptions {
+  cache: ReadCache
+  quota: QuotaGuard
+  /** UPSTREAM_URL: part of every key. */
+  upstreamUrl: string
+  /** The proxy's next step with the guard's verdict: forward, or refuse (or a stored answer stands in). */
+  admitted: (request: FastifyRequest, reply: FastifyReply, rule: Rule, verdict: Verdict) => void
+  /** Answers the caller from a stored answer. */
+  serve: (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult) => void
+  callerGone: (request: FastifyRequest) => boolean
+  /** The path and query as they go upstream. */
+  forwardedPath: (request: FastifyRequest) => string
+}
+
+export function cachedRequest ({ cache, quota, upstreamUrl, admitted, serve, callerGone, forwardedPath }: CachedRequestOptions) {
+  /**
+   * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
+   * budget. Otherwise one request fetches for every request that asks meanwhile (they wait for
+   * it; a HEAD is fetched as a GET, so its answer serves both), through the budget as any
+   * request; a stored answer within stale= stands in when the budget refuses or TI fails.
+   */
+  return async function cached (request: FastifyRequest, reply: FastifyReply, rule: Rule & { cache: CacheOption }): Promise<void> {
+    const path = forwardedPath(request)
+    const key = cacheKey(upstreamUrl, path, request.headers)
+    const fresh = asksForFresh(request.headers)
+    const { entry: found, fleetFilling } = await cache.find(key, request.headers)
+    if (callerGone(request)) return
+    if (found !== undefined && !fresh && cache.standing(found).fresh) {
+      serve(reply, found, request.method, { hit: true }, 'hit')
+      return
+    }
+    // Another request here fetches it, or (failing that, once) another sidecar of the fleet:
+    // wait for its answer. One that ends with nothing for this request lets it try again.
+    let askFleet = fleetFilling && found === undefined
+    for (;;) {
+      const other = cache.join(key.id, reply.raw) ?? (askFleet ? cache.awaitFleet(key, request.headers, reply.raw) : undefined)
+      if (other === undefined) break
+      askFleet = false
+      const outcome = await other
+      if (outcome === 'gone' || callerGone(request)) return
+      // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
+      const { entry, standsIn } = outcome
+      if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
+        serve(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, standsIn ? 'stale' : 'coalesced')
+        return
+      }
+    }
+    const flight = cache.lead(key.id)
+    if (flight === undefined) throw new Error('a flight started while none was under way')
+    request.fill = {
+      key,
+      rule,
+      path,
+      requestHeaders: request.headers,
+      method: request.method,
+      found,
+      fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
+      flight,
+      decision: undefined
+    }
+    // With a stored answer to stand in, a spent budget is not waited for.
+    admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
+  }
+}
