@@ -141,8 +141,10 @@ export function createUpstream (options: UpstreamOptions) {
     }
     let waiting = true
     let expired = false
-    // A cache fill's replay may go out after its own caller left (ForwardHooks.outlivesCaller).
-    let callerLeft = res.destroyed
+    // A caller already gone: its request is dropped unsent, but for a cache fill's replay
+    // (outlivesCaller), which its waiters need and whose budget point is taken.
+    const goneAlready = res.destroyed
+    let callerLeft = goneAlready
     let controller: Dispatcher.DispatchController | undefined
     let startedAt = 0
     let finalTimer: NodeJS.Timeout | undefined
@@ -211,7 +213,7 @@ export function createUpstream (options: UpstreamOptions) {
     dispatch(request, {
       onRequestStart (c) {
         // Dropped before a single byte is written, if its caller has gone or was answered 503.
-        if (expired || callerLeft) {
+        if (expired || (callerLeft && !(outlives && goneAlready))) {
           giveBack()
           c.abort(new Error('the request left the queue unsent'))
           return

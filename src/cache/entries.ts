@@ -69,6 +69,7 @@ export function decodeEntry (buffer: Buffer, leftMs: number, now: number): Entry
       typeof description.staleMs !== 'number' || !Array.isArray(description.vary)) return undefined
     const resident = lifetimeMs(description) - leftMs
     return { ...description, body: buffer.subarray(4 + length), storedAt: now - resident }
+    // Stryker disable next-line BlockStatement: the function returns undefined after the block either way
   } catch {
     return undefined
   }

@@ -29,8 +29,12 @@ t.test('one leader per key; waiters get its outcome; a leaving waiter stops wait
   t.equal(flights.join('a', caller()), undefined, 'over: the next one leads')
   const again = flights.lead('a')
   const w3 = flights.join('a', caller())
-  again?.settle(undefined)
-  t.same(await w3, { entry: undefined, standsIn: false })
+  again?.settle(undefined, true)
+  t.same(await w3, { entry: undefined, standsIn: false }, 'nothing stands in for nothing')
+  const third = flights.lead('a')
+  const w4 = flights.join('a', caller())
+  third?.settle(entry)
+  t.same(await w4, { entry, standsIn: false }, 'a new answer, by default')
 })
 
 t.test('the flights together hold at most their budget of bytes; settling gives it back', async (t) => {

@@ -1,7 +1,7 @@
 // The read cache's pure parts: what may be stored and for how long, the key, Cache-Status,
 // and an entry's way through Redis and its standing over time.
 import t from 'tap'
-import { asksForFresh, cacheKey, cacheStatus, decide, directives, displayPath, requestCacheable, varyMatches } from '../../src/cache/policy.js'
+import { asksForFresh, cacheKey, cacheStatus, decide, directives, displayPath, requestCacheable, varyMatches, withUpstream } from '../../src/cache/policy.js'
 import { createMemoryStore, decodeEntry, encodeEntry, entrySize, standing, type Entry } from '../../src/cache/entries.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 
@@ -20,6 +20,9 @@ t.test('decide: only 200s TI lets a shared cache store; cache= bounded by TI\'s 
   t.same(ok({ vary: 'Accept, *' }), { store: false, why: 'vary' })
   t.same(ok({ 'cache-control': 'max-age=60' }), { store: true, freshMs: 60_000, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [] })
   t.same(ok({ 'cache-control': 's-maxage=30, max-age=600' }), { store: true, freshMs: 30_000, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [] }, 's-maxage rules a shared cache')
+  t.same(ok({ 'cache-control': 's-maxage=30' }).store && ok({ 'cache-control': 's-maxage=30' }), { store: true, freshMs: 30_000, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [] }, 's-maxage alone')
+  t.same(ok({ date: 'Mon, 23 Nov 2026 00:00:00 GMT', expires: 'Mon, 23 Nov 2026 00:01:00 GMT' }),
+    { store: true, freshMs: 60_000, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [] }, 'Expires alone: its distance from Date')
   t.same(ok({ 'cache-control': 'max-age=7200' }), { store: true, freshMs: HOUR, staleMs: 2 * HOUR, initialAgeMs: 0, vary: [] }, 'cache= is the most')
   t.same(ok({ 'cache-control': 'max-age=60', age: '50' }), { store: true, freshMs: 10_000, staleMs: 2 * HOUR, initialAgeMs: 50_000, vary: [] })
   t.same(ok({ 'cache-control': 'max-age=60, must-revalidate' }), { store: true, freshMs: 60_000, staleMs: 0, initialAgeMs: 0, vary: [] })
@@ -55,6 +58,8 @@ t.test('keys, display, directives and Cache-Status', async (t) => {
   t.same([...directives('max-age="60", No-Cache, private=x=y')], [['max-age', '60'], ['no-cache', true], ['private', 'x=y']])
   t.same([...directives(['a', 'b=1'])], [['a', true], ['b', '1']])
   t.same([...directives(undefined)], [])
+  t.same([...directives('a= x , b="q"r", c=d"e", =f, g')], [['a', 'x'], ['b', 'q"r'], ['c', 'd"e"'], ['g', true]], 'quotes stripped only when they enclose the value')
+  t.same([...directives('h="i"j')], [['h', '"i"j']])
   t.ok(asksForFresh({ 'cache-control': 'no-cache' }))
   t.ok(asksForFresh({ 'cache-control': 'max-age=0' }))
   t.notOk(asksForFresh({ 'cache-control': 'max-age=10' }))
@@ -69,6 +74,9 @@ t.test('keys, display, directives and Cache-Status', async (t) => {
     'store-auth-proxy; hit; fwd=stale; fwd-status=503; ttl=-5; detail=stale-error')
   t.equal(cacheStatus({ fwd: 'miss', stored: true }), 'store-auth-proxy; fwd=miss; stored')
   t.equal(cacheStatus({}), 'store-auth-proxy')
+  t.equal(withUpstream('ours', undefined), 'ours')
+  t.equal(withUpstream('ours', 'CDN; hit'), 'ours, CDN; hit')
+  t.equal(withUpstream('ours', ['A; hit', 'B; fwd=miss']), 'ours, A; hit, B; fwd=miss')
 })
 
 const entry = (over: Partial<Entry> = {}): Entry => ({
@@ -96,6 +104,15 @@ t.test('an entry\'s standing: fresh, then stale within stale=, then gone; throug
   const back = decodeEntry(encodeEntry(e), 1200, 10_000)
   t.same(back, { ...e, storedAt: 10_000 - 300 }, '1,200 ms of 1,500 left: stored 300 ms ago')
   t.equal(decodeEntry(Buffer.from('nonsense'), 1, 0), undefined)
+  const { body: _b, storedAt: _s, ...description } = e
+  for (const field of ['status', 'freshMs', 'staleMs', 'vary'] as const) {
+    const json = Buffer.from(JSON.stringify({ ...description, [field]: 'x' }))
+    const head = Buffer.alloc(4)
+    head.writeUInt32BE(json.length)
+    t.equal(decodeEntry(Buffer.concat([head, json]), 1, 0), undefined, `an entry whose ${field} is wrong is none`)
+  }
+  t.equal(entrySize(e), 7 + 256 + 2 + 6 + 'content-type'.length + 'application/json'.length + 'x-multi'.length + 3 + 'x-tenant'.length + 1 + 16,
+    'body, overhead, path, rule, headers and Vary, all counted')
   t.equal(decodeEntry(Buffer.alloc(2), 1, 0), undefined)
   const alien = Buffer.concat([Buffer.from([0, 0, 0, 2]), Buffer.from('{}')])
   t.equal(decodeEntry(alien, 1, 0), undefined, 'JSON that is not an entry')
@@ -117,6 +134,8 @@ t.test('the memory store: bounded by bytes, least recently used evicted, entries
   t.same(evicted, ['b'], 'the least recently used went')
   t.same(store.entries().map((e) => e.display).sort(), ['a', 'c', 'd'])
   t.notOk(store.set('huge', { ...one, body: Buffer.alloc(4 * size) }), 'larger than the whole store: refused')
+  const exact = createMemoryStore({ clock: c.clock, maxBytes: size, onEvict: () => {} })
+  t.ok(exact.set('x', one), 'exactly the whole store: kept')
   t.same(evicted, ['b'])
   await c.tick(1499)
   t.equal(store.get('a')?.display, 'a', 'stale, still usable')
