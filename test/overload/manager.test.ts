@@ -2,7 +2,7 @@
 // hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, createOverloadManager, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'
@@ -68,6 +68,18 @@ t.test('shouldShed: from the high water up, until below the low water; never wit
 t.test('live memory is heap used plus external, which already holds the ArrayBuffers', async (t) => {
   t.equal(liveBytes({ heapUsed: 30, external: 12 }), 42)
   t.ok(liveBytes() > 0, 'from process.memoryUsage()')
+})
+
+t.test('the real full collection frees what was dropped, and leaves the main context\'s globals alone', async (t) => {
+  const collect = fullCollection()
+  let dropped: Array<{ i: number, s: string }> | undefined = Array.from({ length: 300_000 }, (_, i) => ({ i, s: `object ${i}` }))
+  collect()
+  const held = process.memoryUsage().heapUsed
+  t.equal(dropped.length, 300_000)
+  dropped = undefined
+  collect()
+  t.ok(held - process.memoryUsage().heapUsed > 10 * MiB, 'the dropped objects are gone from heapUsed')
+  t.equal('gc' in globalThis, false)
 })
 
 t.test('over the high water new requests are shed; back below the low water they pass again', async (t) => {

@@ -53,6 +53,11 @@ t.test('over the high water: 503 OVERLOADED before anything is read or sent; bel
   // A caller that sends its head and body in one go over a raw socket sees a status line too.
   const raw = await rawRequest(proxyUrl, 'POST /v2/store/f HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello')
   t.equal(statusOf(raw), 503)
+  // The unread body is discarded and the connection kept: a second request on it is answered too.
+  const body = 'x'.repeat(60 * 1024)
+  const twice = await rawRequest(proxyUrl, `POST /v2/store/g HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+    'GET /v2/store/h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  t.equal(twice.match(/HTTP\/1\.1 503 /g)?.length, 2, 'two status lines on one connection')
   t.equal(upstream.received.length, 1, 'the upstream saw none of the shed requests')
   t.ok(memory.collections >= 1, 'a full collection asked to tell live memory from garbage')
 
@@ -60,14 +65,14 @@ t.test('over the high water: 503 OVERLOADED before anything is read or sent; bel
   t.match(status.overload, { state: 'shedding', memoryShedding: true, limitBytes: LIMIT, limitSource: 'MEMORY_LIMIT_BYTES', liveBytes: 100 * MiB, maxInFlight: 2000 })
   t.match(status.config, { MEMORY_LIMIT_BYTES: LIMIT, MAX_IN_FLIGHT_REQUESTS: 2000 })
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shedding'), 1)
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 5)
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'OVERLOADED' }), 5)
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'POST', status_class: '5xx', outcome: 'completed' }), 5)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 7)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'OVERLOADED' }), 7)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_requests_total', { method: 'POST', status_class: '5xx', outcome: 'completed' }), 6)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_memory_limit_bytes'), LIMIT)
   t.ok(logs.entries().some((e) => e.msg === 'request' && e.statusCode === 503), 'in the access log')
 
   memory.live = 80 * MiB
-  t.equal((await call(proxyUrl, '/v2/store/g')).status, 503, 'between the waters: still shedding')
+  t.equal((await call(proxyUrl, '/v2/store/g2')).status, 503, 'between the waters: still shedding')
   memory.live = 70 * MiB
   await eventually(t, 'shedding stops below the low water', async () => await metricValue(adminUrl, 'store_auth_proxy_overload_shedding') === 0)
   t.same((await readyz(adminUrl)).reason, 'token held')
