@@ -58,8 +58,8 @@ function manager (t: Test, { maxInFlight = 0, limitBytes = LIMIT } = {}) {
 
 t.test('shouldShed: from the high water up, until below the low water; never without a limit', async (t) => {
   const cases: Array<[boolean, number, boolean]> = [
-    [false, 74.9, false], [false, 75, true], [false, 90, true],
-    [true, 75, true], [true, 60, true], [true, 59.9, false]
+    [false, 59.9, false], [false, 60, true], [false, 90, true],
+    [true, 60, true], [true, 45, true], [true, 44.9, false]
   ]
   for (const [shedding, live, expected] of cases) t.equal(shouldShed(shedding, live * MiB, LIMIT), expected, `shedding=${shedding} live=${live} MiB`)
   t.equal(shouldShed(false, 1e12, 0), false)
@@ -90,23 +90,23 @@ t.test('over the high water new requests are shed; back below the low water they
   await tick(SAMPLE_MS)
   t.equal(overload.admit(), 'memory')
   t.equal(overload.status().state, 'shedding')
-  t.match(overload.readinessNote(), /live memory 80 MiB over 75 % of the 100 MiB limit/)
-  model.heap.held = 65 * MiB
+  t.match(overload.readinessNote(), /live memory 80 MiB over 60 % of the 100 MiB limit/)
+  model.heap.held = 50 * MiB
   await tick(SAMPLE_MS * 4)
   t.equal(overload.admit(), 'memory', 'between the waters it still sheds (hysteresis)')
-  model.heap.held = 59 * MiB
+  model.heap.held = 44 * MiB
   await tick(SAMPLE_MS)
   t.equal(overload.admit(), undefined, 'below the low water: admitted')
   overload.leave()
   t.equal(overload.readinessNote(), undefined)
-  model.heap.held = 70 * MiB
+  model.heap.held = 55 * MiB
   await tick(SAMPLE_MS)
   t.equal(overload.admit(), undefined, 'between the waters from below: still admitted')
   overload.leave()
   t.same(logs.entries().map((e) => e.msg), ['overloaded: shedding new requests (503 OVERLOADED)', 'no longer overloaded: accepting new requests'])
   t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 2)
   t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shedding'), 0)
-  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_live_bytes'), 70 * MiB)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_live_bytes'), 55 * MiB)
   t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_limit_bytes'), LIMIT)
 })
 
@@ -170,8 +170,8 @@ t.test('the in-flight cap: the next request is shed, and passes once one answer 
     limitSource: 'MEMORY_LIMIT_BYTES',
     limitFile: null,
     liveBytes: 10 * MiB,
-    highWaterBytes: 75 * MiB,
-    lowWaterBytes: 60 * MiB,
+    highWaterBytes: 60 * MiB,
+    lowWaterBytes: 45 * MiB,
     inFlight: 0,
     maxInFlight: 3
   })

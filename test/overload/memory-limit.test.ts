@@ -94,11 +94,11 @@ t.test('MEMORY_LIMIT_BYTES overrides the cgroup, 0 included (the memory watch of
   t.same(memoryLimit(0, read), { bytes: 0, source: 'MEMORY_LIMIT_BYTES' })
 })
 
-t.test('the settings: MEMORY_LIMIT_BYTES 0 or at least 32 MiB; MAX_IN_FLIGHT_REQUESTS 2000 by default, 0 for no cap', async (t) => {
+t.test('the settings: MEMORY_LIMIT_BYTES 0 or at least 32 MiB; MAX_IN_FLIGHT_REQUESTS 500 by default, 0 for no cap', async (t) => {
   const env = { AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
   const defaults = loadConfig(env)
   t.equal(defaults.memoryLimitBytes, undefined, 'unset: the cgroup\'s')
-  t.equal(defaults.maxInFlightRequests, 2000)
+  t.equal(defaults.maxInFlightRequests, 500)
   t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0' }).maxInFlightRequests, 0)
   t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: String(32 * MiB) }).memoryLimitBytes, 32 * MiB)
   t.throws(() => loadConfig({ ...env, MEMORY_LIMIT_BYTES: String(32 * MiB - 1) }), new ConfigError([
