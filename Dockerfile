@@ -72,8 +72,9 @@ COPY --from=build /app/dist ./dist
 # malloc, counted against the pod's limit. Blocks of 32 KiB and more are mmap'd (returned on
 # free; setting it also stops glibc raising it after each free), the heap is trimmed once
 # 128 KiB are free at its top, and at most two arenas instead of up to 8 per core (each
-# thread that allocates, V8's and libuv's, may otherwise get one). With the overload manager this held a 128 MiB
-# limit 2/2 runs, cgroup peak 97-104 MiB (docs/overload.md).
+# thread that allocates may otherwise get one). In a 128 MiB cgroup under bursts of 1000
+# 60 KB POSTs the overload manager held 5 runs of 5 with them, and was OOM-killed without
+# them (docs/overload.md).
 ENV GLIBC_TUNABLES=glibc.malloc.mmap_threshold=32768:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=2
 # Numeric, so Kubernetes' runAsNonRoot can verify it without a runAsUser.
 USER 65532:65532
