@@ -3,6 +3,7 @@ import { systemClock, type Clock } from './clock.js'
 import type { Metrics } from './metrics.js'
 import type { QuotaGuard } from './quota/guard.js'
 import type { ReadCache } from './cache/read-cache.js'
+import type { OverloadManager } from './overload.js'
 import { statusDocument, type ConfigSummary } from './status.js'
 import type { TokenManager, TokenState } from './token/token-manager.js'
 
@@ -13,6 +14,8 @@ export interface AdminOptions {
   quota?: Pick<QuotaGuard, 'status' | 'readinessNote'>
   /** The read cache, when a rule has cache=: its copies on /status. */
   cache?: Pick<ReadCache, 'status'>
+  /** The overload manager: /readyz's reason while it sheds, and /status. */
+  overload?: Pick<OverloadManager, 'status' | 'readinessNote'>
   isDraining: () => boolean
   /** Shown on /status. */
   version: string
@@ -43,7 +46,7 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, quota, cache, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -54,10 +57,12 @@ export async function adminRoutes (
     const { ready, reason } = readiness(state, isDraining())
     // Redis unreachable leaves the sidecar ready (limits go on in memory): said, not failed.
     const note = quota?.readinessNote()
+    // Shedding leaves it ready too: it is load, which pulling the pod would move to the others.
+    const notes = [reason, note, overload?.readinessNote()].filter((text) => text !== undefined)
     reply.code(ready ? 200 : 503)
     return {
       status: ready ? 'ready' : 'not ready',
-      reason: note === undefined ? reason : `${reason}; ${note}`,
+      reason: notes.join('; '),
       ...(quota === undefined ? {} : { rateLimits: { backend: quota.status().backend, note: note ?? null } }),
       token: {
         valid: state.hasValidToken,
@@ -82,7 +87,8 @@ export async function adminRoutes (
         readiness: readiness(token, isDraining()),
         config,
         ...(quota === undefined ? {} : { rateLimits: quota.status() }),
-        ...(cache === undefined ? {} : { cache: cache.status() })
+        ...(cache === undefined ? {} : { cache: cache.status() }),
+        ...(overload === undefined ? {} : { overload: overload.status() })
       })
     })
   }

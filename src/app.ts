@@ -9,9 +9,11 @@ import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { egressDispatcher } from './egress-connection.js'
 import { routeFor } from './egress-proxy.js'
-import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, RequestTimeoutError, sendError } from './errors.js'
+import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, OverloadedError, RequestTimeoutError, sendError } from './errors.js'
 import { createUpstream, type Upstream } from './forward.js'
+import { memoryLimit, type ReadSystemFile } from './memory-limit.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
+import { createOverloadManager, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload.js'
 import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
@@ -46,6 +48,12 @@ export interface AppDependencies {
   version?: string
   /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
   quotaTiming?: Partial<FleetTiming>
+  /** Where the cgroup's memory limit is read from (memory-limit.ts); tests give fixture files. */
+  readSystemFile?: ReadSystemFile
+  /** Live memory for the overload manager (overload.ts liveBytes by default). */
+  readLiveBytes?: () => number
+  /** A full garbage collection for the overload manager (overload.ts fullCollection by default). */
+  collectGarbage?: () => void
 }
 
 export interface App {
@@ -54,6 +62,7 @@ export interface App {
   tokens: TokenManager
   metrics: Metrics
   quota: QuotaGuard
+  overload: OverloadManager
   /** Fetches the first token; requests arriving before it wait for it (bounded by TOKEN_WAIT_MS). */
   start: () => Promise<void>
   /** Readiness turns 503 from here on; nothing else changes. */
@@ -82,7 +91,8 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   })
 
   const { quota, cache } = await createQuota(config, deps, metrics)
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, ...(cache === undefined ? {} : { cache }) })
+  const overload = createOverload(config, deps, metrics)
+  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }) })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -92,7 +102,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     logController: new LogController({ disableRequestLogging: true })
   })
   await admin.register(adminRoutes, {
-    tokens, metrics, quota, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
+    tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
 
   return {
@@ -101,7 +111,11 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     tokens,
     metrics,
     quota,
-    start: async () => { await Promise.all([tokens.start(), quota.start(), cache?.start()]) },
+    overload,
+    start: async () => {
+      overload.start()
+      await Promise.all([tokens.start(), quota.start(), cache?.start()])
+    },
     drain: () => { draining = true },
     close () {
       closing ??= closeAll()
@@ -122,6 +136,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     closeIdle()
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
+    overload.stop()
     await Promise.all([quota.close(), cache?.close()])
     await upstream.close()
     await closeTokenEgress()
@@ -156,6 +171,23 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
     ...(random === undefined ? {} : { random })
   })
   return { tokens, closeTokenEgress: async () => { await tokenEgress?.close() } }
+}
+
+/** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
+function createOverload (config: Config, deps: AppDependencies, metrics: Metrics): OverloadManager {
+  const { log, clock = systemClock, readSystemFile, readLiveBytes, collectGarbage } = deps
+  const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests },
+    limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: requests are shed on MAX_IN_FLIGHT_REQUESTS only')
+  return createOverloadManager({
+    limit,
+    maxInFlight: config.maxInFlightRequests,
+    clock,
+    log: log.child({ component: 'overload' }),
+    metrics,
+    ...(readLiveBytes === undefined ? {} : { readLiveBytes }),
+    ...(collectGarbage === undefined ? {} : { collect: collectGarbage })
+  })
 }
 
 /**
@@ -218,10 +250,10 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   return { quota, cache }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, cache?: ReadCache }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, cache }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -292,6 +324,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
+  shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
@@ -303,4 +336,24 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     ...(cache === undefined ? {} : { cache })
   })
   return proxyServer
+}
+
+/**
+ * The first thing a new request meets: over the memory high water or the in-flight cap it gets
+ * 503 OVERLOADED here, before its body is read, a token asked or a budget consulted, so nothing
+ * goes upstream and nothing is spent. Node reads and discards the unread body after the answer,
+ * keeping the connection: the caller gets a status line, never a dropped connection.
+ */
+function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean): void {
+  server.addHook('onRequest', function shed (request, reply, done) {
+    const reason = overload.admit()
+    if (reason === undefined) {
+      reply.raw.once('close', overload.leave)
+      done()
+      return
+    }
+    // Counted and logged like every answer (the proxy scope's own hook does not run for it).
+    observeExchange(request, reply.raw, metrics, accessLog)
+    sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
+  })
 }

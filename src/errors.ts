@@ -55,6 +55,14 @@ export const ShuttingDownError = createError(
   'SHUTTING_DOWN', 'the sidecar is shutting down', 503)
 
 /**
+ * The overload manager (overload.ts) shed a new request: live memory is near the limit, or
+ * MAX_IN_FLIGHT_REQUESTS are in flight. Answered before the body is read, a token asked or a
+ * budget spent; nothing went upstream, so a retry (after Retry-After) is always safe.
+ */
+export const OverloadedError = createError(
+  'OVERLOADED', 'the sidecar is overloaded; retry later', 503)
+
+/**
  * A local 429: the request's rule is cooling down after the gateway's rate-limit answer,
  * or its budget is spent. The message names the rule and the reason; the answer carries
  * `Retry-After` (sendError's retryAfterSeconds).
@@ -67,7 +75,7 @@ export const InternalError = createError(
 
 const OWN_ERRORS = [
   TokenUnavailableError, UpstreamUnreachableError, UpstreamBusyError, UpstreamTimeoutError, UpstreamBadResponseError,
-  BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError,
+  BadRequestError, HeadersTooLargeError, RequestTimeoutError, MethodNotAllowedError, BodyTooLargeError, ShuttingDownError, OverloadedError,
   UpstreamRateLimitedError, InternalError,
   EgressProxyUnreachableError, EgressProxyTimeoutError, EgressProxyAuthError, EgressProxyRefusedError
 ]

@@ -44,7 +44,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...tokenMetrics(registry),
     ...exchangeMetrics(registry),
     ...rateLimitMetrics(registry, rateLimitRedis),
-    ...cacheMetrics(registry)
+    ...cacheMetrics(registry),
+    ...overloadMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
   return metrics
@@ -236,5 +237,36 @@ function cacheMetrics (registry: Registry) {
     }),
     /** Where cache_bytes is read from. */
     measureCache (fn: () => number): void { held = fn }
+  }
+}
+
+/** The overload manager (src/overload.ts): whether it sheds, what it shed and why, live memory against the limit. */
+function overloadMetrics (registry: Registry) {
+  let live = (): number => 0
+  return {
+    overloadShedding: new Gauge({
+      name: `${METRIC_PREFIX}overload_shedding`,
+      help: '1 while live memory is over the high water of the memory limit and new requests get 503 OVERLOADED (until it is below the low water), 0 otherwise.',
+      registers: [registry]
+    }),
+    overloadShed: new Counter({
+      name: `${METRIC_PREFIX}overload_shed_total`,
+      help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached).',
+      labelNames: ['reason'] as const,
+      registers: [registry]
+    }),
+    memoryLiveBytes: new Gauge({
+      name: `${METRIC_PREFIX}memory_live_bytes`,
+      help: 'Live memory as the overload manager last sampled it: V8 heap in use plus memory held by JS objects outside it (Buffers), not RSS.',
+      registers: [registry],
+      collect () { this.set(live()) }
+    }),
+    memoryLimitBytes: new Gauge({
+      name: `${METRIC_PREFIX}memory_limit_bytes`,
+      help: 'The memory limit the overload manager sheds before: MEMORY_LIMIT_BYTES, or the cgroup\'s; 0 when none is known.',
+      registers: [registry]
+    }),
+    /** Where memory_live_bytes is read from. */
+    measureLiveMemory (fn: () => number): void { live = fn }
   }
 }

@@ -6,6 +6,7 @@ import { egressSummary } from './egress-proxy.js'
 import { redisDisplayUrl } from './quota/settings.js'
 import type { RateLimitStatus } from './quota/guard.js'
 import type { CachedStatus } from './cache/read-cache.js'
+import type { OverloadStatus } from './overload.js'
 import { credentialOrigin, type CredentialOrigin } from './token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from './token/token-client.js'
 import type { TokenState } from './token/token-manager.js'
@@ -54,6 +55,9 @@ export function configSummary (config: Config): ConfigSummary {
     RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
     CACHE_MAX_BYTES: config.rateLimits.cacheMaxBytes,
     CACHE_ENTRY_MAX_BYTES: config.rateLimits.cacheEntryMaxBytes,
+    // '' when unset: the limit is then the cgroup's, shown under overload.
+    MEMORY_LIMIT_BYTES: config.memoryLimitBytes ?? '',
+    MAX_IN_FLIGHT_REQUESTS: config.maxInFlightRequests,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
     LOG_LEVEL: config.logLevel
@@ -71,6 +75,7 @@ export interface StatusInput {
   config: ConfigSummary
   rateLimits?: RateLimitStatus
   cache?: CachedStatus
+  overload?: OverloadStatus
 }
 
 export interface StatusDocument {
@@ -97,6 +102,8 @@ export interface StatusDocument {
   rateLimits?: RateLimitStatus
   /** The read cache, when a rule has cache=: its copies (paths without query values), never a body. */
   cache?: CachedStatus
+  /** The memory limit, live memory, requests in flight and whether new ones are shed (overload.ts). */
+  overload?: OverloadStatus
   config: ConfigSummary
 }
 
@@ -107,7 +114,7 @@ function tokenStateName (state: TokenState): StatusDocument['token']['state'] {
   return state.refreshing ? 'fetching' : 'none'
 }
 
-export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits, cache }: StatusInput): StatusDocument {
+export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits, cache, overload }: StatusInput): StatusDocument {
   return {
     version,
     time: new Date(wallNow).toISOString(),
@@ -133,6 +140,7 @@ export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, 
     },
     ...(rateLimits === undefined ? {} : { rateLimits }),
     ...(cache === undefined ? {} : { cache }),
+    ...(overload === undefined ? {} : { overload }),
     config
   }
 }

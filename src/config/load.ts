@@ -4,7 +4,7 @@ import { TOKEN_PATH } from '../token/token-client.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
-import { schema, type LogLevel, type RawEnv } from './schema.js'
+import { MIN_MEMORY_LIMIT_BYTES, schema, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl } from './urls.js'
 
 export interface Config {
@@ -38,6 +38,10 @@ export interface Config {
   readonly upstreamQueueTimeoutMs: number
   /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
   readonly upstreamQueueLimit: number
+  /** MEMORY_LIMIT_BYTES: the limit the overload manager sheds before; 0 for none; undefined: the cgroup's (memory-limit.ts). */
+  readonly memoryLimitBytes: number | undefined
+  /** New requests beyond this many in flight get 503 OVERLOADED; 0 for no cap. */
+  readonly maxInFlightRequests: number
   readonly accessLog: boolean
   /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress-proxy.ts). */
   readonly egressProxy: EgressProxy
@@ -99,6 +103,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
     upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
     upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
+    memoryLimitBytes: raw.MEMORY_LIMIT_BYTES,
+    maxInFlightRequests: raw.MAX_IN_FLIGHT_REQUESTS,
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
@@ -129,6 +135,9 @@ function crossFieldProblems (raw: RawEnv): string[] {
     problems.push('HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS')
   }
   problems.push(...listenerProblems(raw))
+  if (raw.MEMORY_LIMIT_BYTES !== undefined && raw.MEMORY_LIMIT_BYTES > 0 && raw.MEMORY_LIMIT_BYTES < MIN_MEMORY_LIMIT_BYTES) {
+    problems.push(`MEMORY_LIMIT_BYTES: must be 0 (no limit) or at least ${MIN_MEMORY_LIMIT_BYTES} (32 MiB): below it the sidecar would shed every request`)
+  }
   // Only a request with a budget ever waits for one: without rules that wait is 0.
   const hasRules = (raw.RATE_LIMITS ?? '').trim() !== '' || (raw.RATE_LIMITS_FILE ?? '') !== ''
   const budgetWaitMs = hasRules ? raw.RATE_LIMIT_MAX_WAIT_MS : 0

@@ -1,0 +1,209 @@
+// The overload manager's decisions on an injected memory reader and a fake clock: thresholds,
+// hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
+import t, { type Test } from 'tap'
+import { createMetrics } from '../../src/metrics.js'
+import { ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+import { captureLogs } from '../helpers/logs.js'
+import type { Registry } from 'prom-client'
+
+const MiB = 1024 * 1024
+
+/** One sample of the registry: the series with these labels, 0 if absent. */
+async function readMetric (registry: Registry, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const { values } = await registry.getSingleMetric(name)!.get()
+  return values.find((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))?.value ?? 0
+}
+const LIMIT = 100 * MiB
+
+/** How long after a full collection the memory outside the heap it freed is still counted (measured: under 100 ms). */
+const RELEASE_MS = 100
+
+/**
+ * A heap as V8 keeps it: objects the program still holds, and garbage that stays counted until
+ * a full collection; the memory outside the heap that a collection frees goes a moment later.
+ */
+function modelHeap (now: () => number) {
+  const heap = { held: 10 * MiB, garbage: 0, collections: 0, freeing: 0, collectedAt: -Infinity }
+  return {
+    heap,
+    read: () => heap.held + heap.garbage + (now() - heap.collectedAt < RELEASE_MS ? heap.freeing : 0),
+    collect: () => {
+      heap.collections += 1
+      heap.collectedAt = now()
+      heap.freeing = heap.garbage
+      heap.garbage = 0
+    }
+  }
+}
+
+function manager (t: Test, { maxInFlight = 0, limitBytes = LIMIT } = {}) {
+  const { clock, tick } = fakeClock()
+  const model = modelHeap(clock.now)
+  const logs = captureLogs()
+  const metrics = createMetrics({ defaultMetrics: false })
+  const overload = createOverloadManager({
+    limit: { bytes: limitBytes, source: 'MEMORY_LIMIT_BYTES' },
+    maxInFlight,
+    clock,
+    log: logs.log,
+    metrics,
+    readLiveBytes: model.read,
+    collect: model.collect
+  })
+  overload.start()
+  t.teardown(overload.stop)
+  return { overload, model, tick, logs, metrics, clock }
+}
+
+t.test('shouldShed: from the high water up, until below the low water; never without a limit', async (t) => {
+  const cases: Array<[boolean, number, boolean]> = [
+    [false, 59.9, false], [false, 60, true], [false, 90, true],
+    [true, 60, true], [true, 45, true], [true, 44.9, false]
+  ]
+  for (const [shedding, live, expected] of cases) t.equal(shouldShed(shedding, live * MiB, LIMIT), expected, `shedding=${shedding} live=${live} MiB`)
+  t.equal(shouldShed(false, 1e12, 0), false)
+})
+
+t.test('live memory is heap used plus external, which already holds the ArrayBuffers', async (t) => {
+  t.equal(liveBytes({ heapUsed: 30, external: 12 }), 42)
+  t.ok(liveBytes() > 0, 'from process.memoryUsage()')
+})
+
+t.test('the real full collection frees what was dropped, and leaves the main context\'s globals alone', async (t) => {
+  const collect = fullCollection()
+  let dropped: Array<{ i: number, s: string }> | undefined = Array.from({ length: 300_000 }, (_, i) => ({ i, s: `object ${i}` }))
+  collect()
+  const held = process.memoryUsage().heapUsed
+  t.equal(dropped.length, 300_000)
+  dropped = undefined
+  collect()
+  t.ok(held - process.memoryUsage().heapUsed > 10 * MiB, 'the dropped objects are gone from heapUsed')
+  t.equal('gc' in globalThis, false)
+})
+
+t.test('over the high water new requests are shed; back below the low water they pass again', async (t) => {
+  const { overload, model, tick, logs, metrics } = manager(t)
+  t.equal(overload.admit(), undefined, 'normal at 10 MiB')
+  overload.leave()
+  model.heap.held = 80 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), 'memory')
+  t.equal(overload.status().state, 'shedding')
+  t.match(overload.readinessNote(), /live memory 80 MiB over 60 % of the 100 MiB limit/)
+  model.heap.held = 50 * MiB
+  await tick(SAMPLE_MS * 4)
+  t.equal(overload.admit(), 'memory', 'between the waters it still sheds (hysteresis)')
+  model.heap.held = 44 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined, 'below the low water: admitted')
+  overload.leave()
+  t.equal(overload.readinessNote(), undefined)
+  model.heap.held = 55 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined, 'between the waters from below: still admitted')
+  overload.leave()
+  t.same(logs.entries().map((e) => e.msg), ['overloaded: shedding new requests (503 OVERLOADED)', 'no longer overloaded: accepting new requests'])
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 2)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shedding'), 0)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_live_bytes'), 55 * MiB)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_limit_bytes'), LIMIT)
+})
+
+t.test('a burst is seen by the next request, not a whole sample period later', async (t) => {
+  const { overload, model, tick } = manager(t)
+  model.heap.held = 90 * MiB
+  await tick(ADMISSION_SAMPLE_MS - 1)
+  t.equal(overload.admit(), undefined, 'sampled too recently to sample again')
+  await tick(1)
+  t.equal(overload.admit(), 'memory', 'sampled by the request itself')
+})
+
+t.test('no livelock after a burst: its garbage is collected and shedding stops by itself', async (t) => {
+  const { overload, model, tick } = manager(t)
+  // The burst's objects are dropped but still counted: only a full collection tells.
+  model.heap.garbage = 80 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), 'memory', 'shed on the first sample over the high water')
+  t.equal(model.heap.collections, 1, 'and a collection asked at once')
+  await tick(RELEASE_MS - 1)
+  t.equal(overload.admit(), 'memory', 'until the memory the collection freed is released')
+  await tick(SAMPLE_MS - RELEASE_MS + 1)
+  t.equal(overload.admit(), undefined, 'the next sample sees live memory only: accepting again')
+  overload.leave()
+  t.equal(model.heap.collections, 1)
+})
+
+t.test('memory held by live objects keeps it shedding, collections at most once a second, until released', async (t) => {
+  const { overload, model, tick } = manager(t)
+  model.heap.held = 85 * MiB
+  await tick(SAMPLE_MS)
+  for (let i = 0; i < 8; i++) {
+    await tick(SAMPLE_MS)
+    t.equal(overload.admit(), 'memory')
+  }
+  t.equal(model.heap.collections, Math.floor((9 * SAMPLE_MS) / COLLECT_GAP_MS) + 1, 'one per COLLECT_GAP_MS')
+  model.heap.held = 20 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined)
+  overload.leave()
+  const before = model.heap.collections
+  await tick(COLLECT_GAP_MS * 5)
+  t.equal(model.heap.collections, before, 'no collection while not shedding')
+})
+
+t.test('the in-flight cap: the next request is shed, and passes once one answer closed', async (t) => {
+  const { overload, metrics } = manager(t, { maxInFlight: 3 })
+  for (let i = 0; i < 3; i++) t.equal(overload.admit(), undefined)
+  t.equal(overload.admit(), 'in_flight')
+  t.equal(overload.status().state, 'shedding')
+  t.match(overload.readinessNote(), /at the cap of 3 requests in flight/)
+  overload.leave()
+  t.equal(overload.status().inFlight, 2)
+  t.equal(overload.admit(), undefined, 'one closed: the next passes')
+  t.equal(overload.admit(), 'in_flight')
+  for (let i = 0; i < 3; i++) overload.leave()
+  t.same(overload.status(), {
+    state: 'normal',
+    memoryShedding: false,
+    limitBytes: LIMIT,
+    limitSource: 'MEMORY_LIMIT_BYTES',
+    limitFile: null,
+    liveBytes: 10 * MiB,
+    highWaterBytes: 60 * MiB,
+    lowWaterBytes: 45 * MiB,
+    inFlight: 0,
+    maxInFlight: 3
+  })
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'in_flight' }), 2)
+})
+
+t.test('0 means off: no memory watch without a limit, no cap with MAX_IN_FLIGHT_REQUESTS=0', async (t) => {
+  const { overload, model, tick } = manager(t, { limitBytes: 0 })
+  model.heap.held = 1e12
+  await tick(SAMPLE_MS * 4)
+  for (let i = 0; i < 5000; i++) t.equal(overload.admit(), undefined)
+  t.equal(model.heap.collections, 0)
+  t.equal(overload.status().liveBytes, 1e12, 'live memory still shown, read when asked')
+})
+
+t.test('the sampling timer stops with the manager, and a second start arms no second one', async (t) => {
+  const { clock, tick } = fakeClock()
+  let reads = 0
+  const overload = createOverloadManager({
+    limit: { bytes: LIMIT, source: 'cgroup v1' },
+    maxInFlight: 0,
+    clock,
+    log: captureLogs().log,
+    metrics: createMetrics({ defaultMetrics: false }),
+    readLiveBytes: () => { reads += 1; return 0 },
+    collect: () => {}
+  })
+  overload.start()
+  overload.start()
+  await tick(SAMPLE_MS * 4)
+  t.equal(reads, 5, 'one sample at start, one per period')
+  overload.stop()
+  await tick(SAMPLE_MS * 4)
+  t.equal(reads, 5)
+})
