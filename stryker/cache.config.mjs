@@ -11,5 +11,5 @@ export default area('cache', {
     'test/cache/flights.test.ts',
     'test/cache/rules.test.ts'
   ],
-  breakAt: null
+  breakAt: 95
 })

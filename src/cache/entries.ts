@@ -62,17 +62,18 @@ export function encodeEntry (entry: Entry): Buffer {
 
 /** An entry read from Redis, with `leftMs` of its key's TTL left: undefined if it is not one of ours. */
 export function decodeEntry (buffer: Buffer, leftMs: number, now: number): Entry | undefined {
+  let length: number
+  let description: Description
   try {
-    const length = buffer.readUInt32BE(0)
-    const description = JSON.parse(buffer.subarray(4, 4 + length).toString()) as Description
-    if (typeof description.status !== 'number' || typeof description.freshMs !== 'number' ||
-      typeof description.staleMs !== 'number' || !Array.isArray(description.vary)) return undefined
-    const resident = lifetimeMs(description) - leftMs
-    return { ...description, body: buffer.subarray(4 + length), storedAt: now - resident }
-    // Stryker disable next-line BlockStatement: the function returns undefined after the block either way
+    length = buffer.readUInt32BE(0)
+    description = JSON.parse(buffer.subarray(4, 4 + length).toString()) as Description
   } catch {
     return undefined
   }
+  if (typeof description.status !== 'number' || typeof description.freshMs !== 'number' ||
+    typeof description.staleMs !== 'number' || !Array.isArray(description.vary)) return undefined
+  const resident = lifetimeMs(description) - leftMs
+  return { ...description, body: buffer.subarray(4 + length), storedAt: now - resident }
 }
 
 export interface MemoryStoreOptions {
