@@ -71,7 +71,10 @@ t.test('Redis frozen under load, then thawed: no caller fails or waits long; fal
   const maxRetryAfterS = Math.ceil((REDIS_TIMEOUT_MS + 3000 + 1000) / 1000)
   const dishonest = seen.map((s) => ({ via: s.via, why: dishonesty(s, { rule: RULE, reason: 'budget', maxRetryAfterS }) })).filter((d) => d.why !== undefined)
   t.same(dishonest.slice(0, 5), [], `every caller got the upstream's 200 or an honest local 429 (${dishonest.length} of ${seen.length} not)`)
-  const frozen = seen.filter((s) => s.sentAt >= frozenAt && s.sentAt < thawedAt)
+  // A request sent less than a Redis timeout before the thaw may find Redis answering in time
+  // (its take waited in the frozen Redis and still met its deadline): what it gets depends on
+  // the thaw, not on the fallback.
+  const frozen = seen.filter((s) => s.sentAt >= frozenAt && s.sentAt < thawedAt - REDIS_TIMEOUT_MS)
   t.ok(frozen.length > 0 && frozen.every((s) => s.status === 429), `callers were answered while Redis was frozen (${frozen.length}, all 429)`,
     { served: frozen.filter((s) => s.status !== 429).map((s) => ({ via: s.via, status: s.status, sentAt: Math.round(s.sentAt - frozenAt), doneAt: Math.round(s.doneAt - frozenAt) })) })
   const sentFrozen = upstream.arrivals.filter((a) => a.at > frozenAt + JITTER_MS && a.at < thawedAt)
