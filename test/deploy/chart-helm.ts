@@ -4,11 +4,12 @@
 // schemas. HELM_TEMPLATE_DIR overrides where the tool lives. The tool builds itself
 // with Go on first use (about a minute); .ci/run does that before the tests.
 import { spawn, spawnSync } from 'node:child_process'
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs'
-import { homedir, tmpdir } from 'node:os'
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseAllDocuments } from 'yaml'
+import { tempDir } from '../helpers/temp-dir.js'
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 export const CHART = join(ROOT, 'helm/store-auth-proxy')
@@ -109,7 +110,7 @@ export function chartVersion (dir: string = CHART): string {
  * <name>-<version>.tgz holding the chart's directory).
  */
 export function packagedParent (source: string = EXAMPLE): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'store-auth-proxy-chart-')), 'parent')
+  const dir = join(tempDir('store-auth-proxy-chart-'), 'parent')
   cpSync(source, dir, { recursive: true, filter: (src) => !src.endsWith('/charts') })
   mkdirSync(join(dir, 'charts'))
   const tgz = join(dir, 'charts', `store-auth-proxy-${chartVersion()}.tgz`)

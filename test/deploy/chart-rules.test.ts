@@ -5,14 +5,14 @@
 // alerts too). promtool comes from Debian's `prometheus` package (.ci/run installs it;
 // locally: apt-get install -y prometheus).
 import { spawnSync } from 'node:child_process'
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import type { Test } from 'tap'
 import { parse } from 'yaml'
 import { CHART, ROOT, one, render, type JsonObject } from './chart-helm.js'
 import { MONITORING } from './chart-expect.js'
+import { tempDir } from '../helpers/temp-dir.js'
 
 t.setTimeout(120_000)
 
@@ -30,7 +30,7 @@ function promtool (args: string[], cwd: string): { status: number | null, output
 async function rulesDir (flags: string[] = []): Promise<{ dir: string, groups: JsonObject[] }> {
   const objects = await render(['r', CHART, '--set', 'credentials.existingSecret=creds', '--set', 'metrics.prometheusRule.enabled=true', ...MONITORING, ...flags])
   const groups = (one(objects, 'PrometheusRule').spec as JsonObject).groups as JsonObject[]
-  const dir = mkdtempSync(join(tmpdir(), 'store-auth-proxy-rules-'))
+  const dir = tempDir('store-auth-proxy-rules-')
   writeFileSync(join(dir, 'rules.yaml'), JSON.stringify({ groups }, null, 2))
   copyFileSync(FIXTURE, join(dir, 'rules.test.yaml'))
   return { dir, groups }
