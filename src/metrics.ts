@@ -243,16 +243,19 @@ function cacheMetrics (registry: Registry) {
 /** The overload manager (src/overload.ts): whether it sheds, what it shed and why, live memory against the limit. */
 function overloadMetrics (registry: Registry) {
   let live = (): number => 0
+  const overloadShed = new Counter({
+    name: `${METRIC_PREFIX}overload_shed_total`,
+    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached).',
+    labelNames: ['reason'] as const,
+    registers: [registry]
+  })
+  // Both reasons exported from the start, so that an alert's increase() sees the first shed.
+  for (const reason of ['memory', 'in_flight']) overloadShed.inc({ reason }, 0)
   return {
+    overloadShed,
     overloadShedding: new Gauge({
       name: `${METRIC_PREFIX}overload_shedding`,
       help: '1 while live memory is over the high water of the memory limit and new requests get 503 OVERLOADED (until it is below the low water), 0 otherwise.',
-      registers: [registry]
-    }),
-    overloadShed: new Counter({
-      name: `${METRIC_PREFIX}overload_shed_total`,
-      help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached).',
-      labelNames: ['reason'] as const,
       registers: [registry]
     }),
     memoryLiveBytes: new Gauge({

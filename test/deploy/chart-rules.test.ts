@@ -49,7 +49,7 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
     'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyNoValidToken',
-    'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyTokenEndpointFailing',
+    'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyShedding', 'StoreAuthProxyTokenEndpointFailing',
     'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])
   const cases = (parse(readFileSync(FIXTURE, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string, exp_alerts: unknown[] }> }> })
@@ -80,4 +80,6 @@ t.test('the unit tests catch a quota alert that is off: a longer Redis outage, a
 t.test('the unit tests catch the stale-answers alert with another delay: later or earlier than the series say', async (t) => {
   await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=20'], 'StoreAuthProxyServingStale')
   await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=10'], 'StoreAuthProxyServingStale')
+  await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=5'], 'StoreAuthProxyShedding')
+  await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=15'], 'StoreAuthProxyShedding')
 })
