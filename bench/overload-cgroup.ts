@@ -139,7 +139,7 @@ async function slowloris (port: number, n: number, holdMs: number): Promise<{ op
       }
     })
     socket.on('error', (err: NodeJS.ErrnoException) => {
-      if (opened === 0 || !sockets.includes(socket)) { count(connectErrors, err.code ?? String(err)); resolve() }
+      if (!sockets.includes(socket)) { count(connectErrors, err.code ?? String(err)); resolve() }
     })
     socket.on('close', () => { if (!ending && sockets.includes(socket)) closedBySidecar += 1 })
   })))
