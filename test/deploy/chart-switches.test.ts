@@ -133,16 +133,18 @@ t.test('section 2 fixes, each proven on a render', async (t) => {
     t.match(envOf(sidecarOf(one(objects, 'Deployment', 'demo-store-auth-proxy')).container), { X: '1', Y: '{"fieldRef":{"fieldPath":"metadata.name"}}' })
   })
 
-  t.test('the memory request covers idle RSS and the limit the measured burst peak', async (t) => {
+  t.test('the memory limit is the cgroup the four loads were survived in, and the request covers the steady load', async (t) => {
     const values = readFileSync(join(CHART, 'values.yaml'), 'utf8')
     const mi = (q: string): number => Number(/^(\d+)Mi$/.exec(q)?.[1])
     const objects = await render(['demo', CHART, ...CI('example-values.yaml'), '--kube-version', '1.31'])
     const { resources } = sidecarOf(one(objects, 'Deployment', 'demo-store-auth-proxy')).container as unknown as { resources: { requests: { memory: string }, limits: { memory: string } } }
-    // The figures values.yaml gives for bench/peak-memory.ts.
-    const idle = Number(/idle RSS \d+-(\d+) MiB/.exec(values)?.[1])
-    const burst = Number(/60 KB POSTs, three bursts, peak RSS\s*#?\s*\d+-(\d+) MiB/.exec(values)?.[1])
-    t.ok(idle > 0 && burst > 0, `values.yaml states the measurements (idle ${idle}, burst ${burst})`)
-    t.ok(mi(resources.requests.memory) > idle, `request ${resources.requests.memory} above idle RSS ${idle} MiB`)
-    t.ok(mi(resources.limits.memory) >= burst * 1.2, `limit ${resources.limits.memory} at least 20% above the burst peak ${burst} MiB`)
+    // The figures values.yaml gives for bench/overload-cgroup.ts.
+    const cgroup = Number(/in a (\d+) MiB memory cgroup/.exec(values)?.[1])
+    const steady = Number(/keep-alive callers for 8 s, peak \d+-(\d+) MiB/.exec(values)?.[1])
+    const burst = Number(/60 KB POSTs, peak \d+-(\d+) MiB/.exec(values)?.[1])
+    t.ok(cgroup > 0 && steady > 0 && burst > 0, `values.yaml states the measurements (cgroup ${cgroup}, steady ${steady}, burst ${burst})`)
+    t.equal(mi(resources.limits.memory), cgroup, `limit ${resources.limits.memory}: the cgroup the loads were survived in`)
+    t.ok(burst < cgroup, `the burst peak ${burst} MiB stayed inside it`)
+    t.ok(mi(resources.requests.memory) >= steady * 0.9 && mi(resources.requests.memory) <= cgroup, `request ${resources.requests.memory} near the steady peak ${steady} MiB`)
   })
 })
