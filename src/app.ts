@@ -202,8 +202,8 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
   let shared: SharedCache | undefined
   if (rateLimits.redisUrl !== undefined) {
-    const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }, { createSharedCache }] = await Promise.all([
-      import('./quota/redis-backend.js'), import('./quota/fleet-store.js'), import('./cache/redis-cache.js')])
+    const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
+      import('./quota/redis-backend.js'), import('./quota/fleet-store.js')])
     const clientId = 'value' in config.clientId
       ? config.clientId.value
       : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
@@ -215,7 +215,8 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
       ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
     }
     const redis = createRedisStore({ ...connection, clock })
-    if (caching) shared = createSharedCache({ ...connection, now: () => clock.now() })
+    // The read cache's connection only when a rule has cache=.
+    if (caching) shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now() })
     fleet = (onCooldown) => createFleetStore({
       redis,
       clock,

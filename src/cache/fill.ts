@@ -52,10 +52,10 @@ export function fillAnswered (cache: ReadCache, fill: Fill, statusCode: number, 
 }
 
 /** How much of TI's answer to hold back whole: all of a storable one, or a failure a stored answer may replace. */
-export function fillHolds (cache: ReadCache, fill: Fill, statusCode: number): number | false {
+export function fillHolds (cache: ReadCache, fill: Fill, statusCode: number): number | boolean {
   if (fill.decision?.store === true) return cache.entryMaxBytes
-  if (standsIn(cache, fill) && (statusCode >= 500 || statusCode === 429)) return 64 * 1024
-  return false
+  // forward.ts's own limit for a held-back answer (HOLD_BACK_MAX_BYTES).
+  return standsIn(cache, fill) && (statusCode >= 500 || statusCode === 429)
 }
 
 /**

@@ -19,12 +19,11 @@ export const CACHE_REDIS_TIMEOUT_MS = 1_000
 
 export function createSharedCache ({ prefix, now, ...options }: SharedCacheOptions) {
   const connection = { ...options, timeoutMs: Math.max(options.timeoutMs, CACHE_REDIS_TIMEOUT_MS) }
-  const { client, describe, displayUrl } = openRedis(connection)
+  const { client, describe, displayUrl, connect } = openRedis(connection)
   let lastError: unknown
   client.on('error', (err) => { lastError = err })
   const key = (id: string): string => `${prefix}cache:${id}`
   const fillKey = (id: string): string => `${prefix}cache-fill:${id}`
-  let connecting: Promise<void> | undefined
   const ready = (): void => { if (client.status !== 'ready') throw new Error(`not connected (${client.status})`) }
   /** A pipeline's results, or its first error. */
   async function exec (pipeline: ReturnType<typeof client.pipeline>): Promise<unknown[]> {
@@ -69,15 +68,9 @@ export function createSharedCache ({ prefix, now, ...options }: SharedCacheOptio
     describe,
     lastError: (): unknown => lastError,
     /** Connects, for at most the command timeout (at least 1 s); until it is up, every lookup is a miss. Never fails. */
-    async start (): Promise<void> {
-      connecting ??= client.connect().catch(() => {})
-      let timer: NodeJS.Timeout | undefined
-      await Promise.race([connecting, new Promise<void>((resolve) => { timer = setTimeout(resolve, Math.max(connection.timeoutMs, 1_000)).unref() })])
-      clearTimeout(timer)
-    },
+    async start (): Promise<void> { await connect() },
     async close (): Promise<void> {
       client.disconnect()
-      await connecting
     }
   }
 }

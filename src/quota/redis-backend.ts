@@ -296,14 +296,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     /** Reports the connection coming up (ready) or going down. */
     onState (fn: (up: boolean, err?: unknown) => void): void { listener = fn },
     /** The first connection, bounded by the command timeout (at least 1 s); false if not up by then. */
-    async connect (): Promise<boolean> {
-      const connecting = client.connect().then(() => true, () => false)
-      let timer: NodeJS.Timeout | undefined
-      const timeout = new Promise<boolean>((resolve) => { timer = setTimeout(() => { resolve(false) }, Math.max(timeoutMs, 1_000)).unref() })
-      const up = await Promise.race([connecting, timeout])
-      clearTimeout(timer)
-      return up
-    },
+    connect: connection.connect,
     /** Whether Redis answers within the timeout now (PING: no side effect). */
     async ping (): Promise<boolean> {
       if (client.status !== 'ready') return false

@@ -56,9 +56,19 @@ export function openRedis ({ url, timeoutMs, currentUrl }: RedisConnectionOption
     client.options.username = safeDecode(parsed.username) || undefined
     client.options.password = safeDecode(parsed.password) || undefined
   }
+  let connecting: Promise<boolean> | undefined
   return {
     client,
     displayUrl,
+    /** The first connection, bounded by the command timeout (at least 1 s); false if not up by then. Never fails. */
+    async connect (): Promise<boolean> {
+      connecting ??= client.connect().then(() => true, () => false)
+      let timer: NodeJS.Timeout | undefined
+      const timeout = new Promise<boolean>((resolve) => { timer = setTimeout(() => { resolve(false) }, Math.max(timeoutMs, 1_000)).unref() })
+      const up = await Promise.race([connecting, timeout])
+      clearTimeout(timer)
+      return up
+    },
     /** A failure's reason for the log: never the URL's credentials. */
     describe (err: unknown): string {
       let safe = err instanceof Error ? err.message : String(err)

@@ -1,19 +1,18 @@
 // The read cache's test bench: a stand-in TI store API that records every request it gets and
 // answers as the test says (now, or when the test lets it), and sidecars in front of it on a
 // fake clock (budgets and cache lifetimes move without sleeping) or the system clock (Redis).
-import { createServer, type IncomingHttpHeaders } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { IncomingHttpHeaders } from 'node:http'
 import type { Test } from 'tap'
 import { request } from 'undici'
 import { build, startStandIn, type Built } from '../helpers/build.js'
-import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
+import { startUpstream } from '../helpers/upstream.js'
+import { tokenSafeAdvance } from '../quota/sidecar.js'
 import { scrapeSettled, type Samples } from '../helpers/metrics-scrape.js'
 
 export const HOUR = 3_600_000
 export const DAY = 24 * HOUR
 export const CATALOG = '/v2/store/products/catalog'
-const STEP_MS = 4 * 60_000
 
 export interface TiAnswer {
   status: number
@@ -49,13 +48,11 @@ export function catalogBody (bytes = 8_000): string {
 }
 
 export async function startTi (t: Test): Promise<Ti> {
-  const received: Ti['received'] = []
   let answer: Parameters<Ti['answer']>[0] = () => ({ status: 200, headers: { 'content-type': 'application/json' }, body: catalogBody() })
   let holding = false
   const held: Array<() => void> = []
-  const server = createServer((req, res) => {
-    const seen = { method: req.method ?? '', url: req.url ?? '', headers: req.headers }
-    received.push(seen)
+  // The recording upstream, answering once the request is read whole.
+  const upstream = await startUpstream(t, (req, res, seen) => {
     const respond = (): void => {
       const a = answer(seen)
       const body = Buffer.from(a.body)
@@ -66,20 +63,12 @@ export async function startTi (t: Test): Promise<Ti> {
       }
       res.write(body.subarray(0, a.cutAfter), () => { res.socket?.destroy() })
     }
-    req.resume()
-    req.once('end', () => {
-      if (holding) held.push(respond)
-      else respond()
-    })
+    if (holding) held.push(respond)
+    else respond()
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => {
-    server.closeAllConnections()
-    server.close(() => { resolve() })
-  }))
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    received,
+    url: upstream.url,
+    received: upstream.received,
     answer: (fn) => { answer = fn },
     hold: () => { holding = true },
     release: () => {
@@ -122,15 +111,7 @@ export async function cacheSidecar (t: Test, ti: Ti, env: Record<string, string>
   return {
     ...built,
     clock,
-    async advance (ms) {
-      for (let left = ms; left > 0; left -= STEP_MS) {
-        await clock.tick(Math.min(left, STEP_MS))
-        await eventually(t, 'the token refreshed', () => {
-          const state = built.app.tokens.state()
-          return state.hasValidToken && !state.refreshing
-        })
-      }
-    },
+    advance: tokenSafeAdvance(t, built, clock),
     async get (path, headers = {}, method = 'GET') {
       const res = await request(built.proxyUrl + path, { method, headers })
       return { status: res.statusCode, headers: res.headers, body: await res.body.text() }

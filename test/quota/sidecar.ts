@@ -1,8 +1,8 @@
 import type { Test } from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
 import type { FleetTiming } from '../../src/quota/fleet-store.js'
 import { build, startStandIn, type Built } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
 import { ID_HEADER, startRecordingUpstream, type Answer, type RecordingUpstream } from '../helpers/recording-upstream.js'
@@ -58,16 +58,7 @@ export async function quotaSidecar (t: Test, env: Record<string, string>, option
     ...built,
     upstream,
     clock,
-    async advance (ms) {
-      for (let left = ms; left > 0; left -= STEP_MS) {
-        await clock.tick(Math.min(left, STEP_MS))
-        for (let i = 0; i < 1000; i++) {
-          const state = built.app.tokens.state()
-          if (state.hasValidToken && !state.refreshing) break
-          await sleep(2)
-        }
-      }
-    },
+    advance: tokenSafeAdvance(t, built, clock),
     async call (path, id, method = 'GET') {
       const res = await request(built.proxyUrl + path, { method, headers: { [ID_HEADER]: id } })
       return { status: res.statusCode, headers: res.headers, body: await res.body.text() }
@@ -76,6 +67,22 @@ export async function quotaSidecar (t: Test, env: Record<string, string>, option
     async status () {
       const res = await request(built.adminUrl + '/status')
       return await res.body.json() as Record<string, unknown>
+    }
+  }
+}
+
+/**
+ * Moves a fake clock in steps shorter than the token's refresh margin, each followed by the
+ * token refresh it started (real I/O to the stand-in): a token lives an hour at most.
+ */
+export function tokenSafeAdvance (t: Test, built: Built, clock: ReturnType<typeof fakeClock>): (ms: number) => Promise<void> {
+  return async (ms) => {
+    for (let left = ms; left > 0; left -= STEP_MS) {
+      await clock.tick(Math.min(left, STEP_MS))
+      await eventually(t, 'the token refreshed', () => {
+        const state = built.app.tokens.state()
+        return state.hasValidToken && !state.refreshing
+      })
     }
   }
 }
