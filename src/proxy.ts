@@ -354,13 +354,21 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function replay (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer): void {
-    // A cache fill is replayed for those who wait for it, whether its own caller is there or not.
-    const forOthers = request.fill !== null
-    if (callerGone(request) && !forOthers) return
+    // A cache fill is replayed for those who wait for it, whether its own caller is there or
+    // not; with its caller gone and nobody waiting, nothing more is sent.
+    const fill = request.fill
+    const forOthers = (): boolean => fill !== null && fill.flight.waiting() > 0
+    if (callerGone(request) && !forOthers()) {
+      fill?.flight.settle(undefined)
+      return
+    }
     request.replayed = true
     const rejected = request.token?.generation ?? 0
     void tokens.renewed(rejected).then((fresh) => {
-      if (callerGone(request) && !forOthers) return
+      if (callerGone(request) && !forOthers()) {
+        fill?.flight.settle(undefined)
+        return
+      }
       if (fresh === undefined) {
         request.fill?.flight.settle(undefined)
         if (callerGone(request)) return

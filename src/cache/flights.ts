@@ -20,6 +20,8 @@ export interface Flight {
   settle: (entry: Entry | undefined, standsIn?: boolean) => void
   /** Reserves `bytes` to hold TI's answer while it arrives; false when the flights' budget is spent. */
   reserve: (bytes: number) => boolean
+  /** How many requests wait for it now. */
+  waiting: () => number
 }
 
 /** The caller's side of an exchange: it emits 'close' when the caller leaves. */
@@ -41,7 +43,6 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
       if (waiting === undefined) return undefined
       return new Promise((resolve) => {
         const left = (): void => {
-          // Stryker disable next-line CallExpression: only memory: a settled promise ignores the later done()
           waiting.delete(done)
           resolve('gone')
         }
@@ -77,7 +78,8 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
           held += bytes
           reserved += bytes
           return true
-        }
+        },
+        waiting: () => waiting.size
       }
     },
 

@@ -233,3 +233,25 @@ t.test('counterexample: TI repeats Cache-Control (`v`, `v`): its 200 is passed o
   t.equal(first.headers['cache-status'], 'store-auth-proxy; fwd=miss; fwd-status=200; stored; ttl=3600')
   t.match((await s.get('/v2/store/a')).headers['cache-status'], '; hit')
 })
+
+t.test('a fill whose caller left with nobody waiting is not replayed after a 401: nothing more is sent for nobody', async (t) => {
+  const ti = await startTi(t)
+  ti.answer(() => ti.received.length === 1 ? { status: 401, body: 'revoked' } : { status: 200, body: 'the catalog' })
+  const s = await cacheSidecar(t, ti, env('100/1h cache=1h'))
+  const generation = s.app.tokens.state().generation ?? 0
+  ti.hold()
+  const leaver = new AbortController()
+  const left = request(s.proxyUrl + '/v2/store/a', { signal: leaver.signal }).then(() => 'answered', () => 'left')
+  await eventuallyWaiting(t, ti, 1)
+  leaver.abort()
+  t.equal(await left, 'left')
+  await eventually(t, 'the caller gone at the sidecar', async () =>
+    ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0)
+  ti.release()
+  // The 401 invalidates the token: a new one is fetched, and the fill ends without a replay.
+  await eventually(t, 'a new token after the 401', () => (s.app.tokens.state().generation ?? 0) > generation)
+  const next = await s.get('/v2/store/a')
+  t.equal(next.body, 'the catalog')
+  t.match(next.headers['cache-status'], /^store-auth-proxy; fwd=miss/, 'the next caller fetched it itself: no replay had stored it')
+  t.equal(ti.received.length, 2, 'TI saw the 401 and the next caller\'s fetch, no replay for nobody')
+})
