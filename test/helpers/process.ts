@@ -9,6 +9,12 @@ export const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url)
 const SRC = fileURLToPath(new URL('../../src', import.meta.url))
 const DIST = fileURLToPath(new URL('../../dist', import.meta.url))
 
+/**
+ * A test's `skip` while StrykerJS mutates src/ (its tap runner sets STRYKER_NAMESPACE in
+ * every test process): the sandbox has no build, and no mutant of src/ would reach one.
+ */
+export const SKIP_UNDER_MUTATION = process.env.STRYKER_NAMESPACE === undefined ? false : 'runs dist/main.js, which no mutant of src/ reaches'
+
 export interface Running {
   child: ChildProcess
   stdout: () => string
