@@ -9,14 +9,14 @@
 // test/overload/cgroup-loads.test.ts drives too, shorter). Needs root and a memory cgroup,
 // about 40 s. Run it as root:
 //
-//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N]
+//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--max-connections N]
 //
 // --busy keeps both cores busy (`node -e 'for(;;);'` twice) while it runs. --no-manager turns
 // the overload manager off (MEMORY_LIMIT_BYTES=0, MAX_IN_FLIGHT_REQUESTS=0, MAX_CONNECTIONS=0);
 // --no-tunables runs with glibc's malloc defaults (no GLIBC_TUNABLES); --slowloris N opens N
-// slowloris connections in (d) instead of 3000. Otherwise the sidecar runs
-// as the image runs it: `node` with `npm start`'s flags, GLIBC_TUNABLES as the Dockerfile
-// sets it, the default configuration; the stand-in TI APIs (`node dist/main.js stand-in`)
+// slowloris connections in (d) instead of 3000; --max-connections N sets MAX_CONNECTIONS (0: no
+// bound). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
+// GLIBC_TUNABLES as the Dockerfile sets it, the default configuration; the stand-in TI APIs (`node dist/main.js stand-in`)
 // are the token endpoint, and the upstream is this script's own (200, or 401 with 10 KB).
 // Exits 1 when the sidecar died, a caller of (b) or (c) got no status line, (a) had a
 // non-2xx answer or a socket error, or the plain call was not answered 200.
@@ -71,9 +71,10 @@ function statSummary (stat: Record<string, number>, peakBytes: number): string {
 }
 
 /** What the variants change: the overload manager's settings off, or glibc's defaults. */
-function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean }): NodeJS.ProcessEnv {
+function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean, 'max-connections'?: string }): NodeJS.ProcessEnv {
   return {
     ...(values['no-tunables'] ? {} : { GLIBC_TUNABLES: imageGlibcTunables(REPO) }),
+    ...(values['max-connections'] === undefined ? {} : { MAX_CONNECTIONS: values['max-connections'] }),
     // MEMORY_LIMIT_BYTES=0: no memory watch; MAX_IN_FLIGHT_REQUESTS=0: no cap; MAX_CONNECTIONS=0: no bound.
     ...(values['no-manager'] ? { MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0', MAX_CONNECTIONS: '0' } : {})
   }
@@ -86,7 +87,8 @@ async function main (): Promise<void> {
       'limit-mib': { type: 'string', default: '128' },
       'no-manager': { type: 'boolean', default: false },
       'no-tunables': { type: 'boolean', default: false },
-      slowloris: { type: 'string', default: String(FULL_LOADS.slowloris) }
+      slowloris: { type: 'string', default: String(FULL_LOADS.slowloris) },
+      'max-connections': { type: 'string' }
     }
   })
   killChildrenOnExit()
