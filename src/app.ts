@@ -179,7 +179,7 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
   const { log, clock = systemClock, readSystemFile, readLiveBytes, collectGarbage } = deps
   const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
   log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
-    limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: requests are shed on MAX_IN_FLIGHT_REQUESTS only')
+    limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
   return createOverloadManager({
     limit,
     maxInFlight: config.maxInFlightRequests,

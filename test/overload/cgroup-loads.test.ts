@@ -22,6 +22,7 @@ import { driveFourLoads, failures, FULL_LOADS, imageGlibcTunables, inCgroup, sid
 import { createMemoryCgroup, type MemoryCgroup } from '../../bench/lib/memory-cgroup.js'
 import { freePort } from '../../bench/lib/processes.js'
 import { shippedNodeFlags } from '../../bench/lib/shipped.js'
+import { DEFAULT_MAX_CONNECTIONS } from '../../src/config/schema.js'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { MAIN, reapOnExit, staleBuild } from '../helpers/process.js'
@@ -114,7 +115,7 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
       return out
     }
   })
-  const [a, b, c] = outcomes
+  const [a, b, c, d] = outcomes
   t.comment(outcomes.map((o) => `${o.load}: ${o.answered} / ${o.callers} answered, ${JSON.stringify(o.classes)}, errors ${JSON.stringify(o.errors)}; ${o.note}`).join('\n'))
   t.ok(alive(), `alive after the four loads (${cgroup.events()})`)
   t.ok((a?.answered ?? 0) > 0, '(a) answered requests')
@@ -124,6 +125,8 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
     t.equal(load?.answered, load?.callers, `${load?.load}: every caller got a status line`)
     t.same(load?.errors, {}, `${load?.load}: no caller without one`)
   }
+  t.ok((d?.statuses['503'] ?? 0) >= SIZES.slowloris - DEFAULT_MAX_CONNECTIONS, `(d) the slowloris connections beyond MAX_CONNECTIONS answered 503 (${d?.note})`)
+  t.same(d?.errors, {}, '(d) every connection opened')
   t.equal(plain, '200', 'a plain call answered 200 afterwards')
   t.same(failures(outcomes, plain, alive()), [], 'the bench\'s verdict agrees')
 })
