@@ -9,13 +9,13 @@
 // test/overload/cgroup-loads.test.ts drives too, shorter). Needs root and a memory cgroup,
 // about 40 s. Run it as root:
 //
-//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--max-connections N]
+//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--env NAME=VALUE]...
 //
 // --busy keeps both cores busy (`node -e 'for(;;);'` twice) while it runs. --no-manager turns
 // the overload manager off (MEMORY_LIMIT_BYTES=0, MAX_IN_FLIGHT_REQUESTS=0, MAX_CONNECTIONS=0);
 // --no-tunables runs with glibc's malloc defaults (no GLIBC_TUNABLES); --slowloris N opens N
-// slowloris connections in (d) instead of 3000; --max-connections N sets MAX_CONNECTIONS (0: no
-// bound). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
+// slowloris connections in (d) instead of 3000; --env NAME=VALUE sets one of the sidecar's
+// settings (repeatable; e.g. MAX_CONNECTIONS=0 for no connection bound). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
 // GLIBC_TUNABLES as the Dockerfile sets it, the default configuration; the stand-in TI APIs (`node dist/main.js stand-in`)
 // are the token endpoint, and the upstream is this script's own (200, or 401 with 10 KB).
 // Exits 1 when the sidecar died, a caller of (b) or (c) got no status line, (a) had a
@@ -71,10 +71,10 @@ function statSummary (stat: Record<string, number>, peakBytes: number): string {
 }
 
 /** What the variants change: the overload manager's settings off, or glibc's defaults. */
-function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean, 'max-connections'?: string }): NodeJS.ProcessEnv {
+function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean, env?: string[] }): NodeJS.ProcessEnv {
   return {
     ...(values['no-tunables'] ? {} : { GLIBC_TUNABLES: imageGlibcTunables(REPO) }),
-    ...(values['max-connections'] === undefined ? {} : { MAX_CONNECTIONS: values['max-connections'] }),
+    ...Object.fromEntries((values.env ?? []).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)])),
     // MEMORY_LIMIT_BYTES=0: no memory watch; MAX_IN_FLIGHT_REQUESTS=0: no cap; MAX_CONNECTIONS=0: no bound.
     ...(values['no-manager'] ? { MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0', MAX_CONNECTIONS: '0' } : {})
   }
@@ -88,7 +88,7 @@ async function main (): Promise<void> {
       'no-manager': { type: 'boolean', default: false },
       'no-tunables': { type: 'boolean', default: false },
       slowloris: { type: 'string', default: String(FULL_LOADS.slowloris) },
-      'max-connections': { type: 'string' }
+      env: { type: 'string', multiple: true }
     }
   })
   killChildrenOnExit()
