@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http'
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
@@ -13,7 +14,7 @@ import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, Overloade
 import { createUpstream, type Upstream } from './forward.js'
 import { memoryLimit, type ReadSystemFile } from './memory-limit.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
-import { createOverloadManager, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload.js'
+import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload.js'
 import proxy, { observeExchange } from './proxy.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
@@ -177,11 +178,12 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
 function createOverload (config: Config, deps: AppDependencies, metrics: Metrics): OverloadManager {
   const { log, clock = systemClock, readSystemFile, readLiveBytes, collectGarbage } = deps
   const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
-  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests },
-    limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: requests are shed on MAX_IN_FLIGHT_REQUESTS only')
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
+    limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
   return createOverloadManager({
     limit,
     maxInFlight: config.maxInFlightRequests,
+    maxConnections: config.maxConnections,
     clock,
     log: log.child({ component: 'overload' }),
     metrics,
@@ -325,6 +327,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
+  answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
   shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
@@ -356,5 +359,36 @@ function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager,
     // Counted and logged like every answer (the proxy scope's own hook does not run for it).
     observeExchange(request, reply.raw, metrics, accessLog)
     sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
+  })
+}
+
+/**
+ * Beyond MAX_CONNECTIONS open connections, a new one is answered 503 OVERLOADED (Retry-After,
+ * Connection: close) before anything of it is read, and closed: never dropped without a word,
+ * as net.Server's maxConnections does. It gets no HTTP parser (the cost of a connection that
+ * never sends a whole head, a slowloris one, is bounded by the count). The answer may reach
+ * the caller before its request is written; what it then sends is read and discarded until it
+ * closes or EXCESS_LINGER_MS pass, so that no reset destroys the answer before it is read.
+ * Node's http.Server handles a connection in its 'connection' listener (documented: emitting
+ * 'connection' hands it a socket); the gate takes that listener's place and calls it for the
+ * connections it admits.
+ */
+function answerExcessConnections (server: FastifyInstance, maxConnections: number, overload: OverloadManager, metrics: Metrics): void {
+  if (maxConnections === 0) return
+  const http = server.server
+  const handlers = http.listeners('connection') as Array<(socket: Socket) => void>
+  http.removeAllListeners('connection')
+  http.on('connection', (socket: Socket) => {
+    if (overload.connect() === undefined) {
+      socket.once('close', overload.disconnect)
+      for (const handle of handlers) handle.call(http, socket)
+      return
+    }
+    // A reset by the caller after the answer is nobody's failure.
+    socket.on('error', () => {})
+    const linger = setTimeout(() => { socket.destroy() }, EXCESS_LINGER_MS).unref()
+    socket.once('close', () => { clearTimeout(linger) })
+    sendError(socket, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
+    socket.resume()
   })
 }

@@ -245,12 +245,12 @@ function overloadMetrics (registry: Registry) {
   let live = (): number => 0
   const overloadShed = new Counter({
     name: `${METRIC_PREFIX}overload_shed_total`,
-    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached).',
+    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached; connections: a new connection beyond MAX_CONNECTIONS, answered before its request was read, then closed).',
     labelNames: ['reason'] as const,
     registers: [registry]
   })
-  // Both reasons exported from the start, so that an alert's increase() sees the first shed.
-  for (const reason of ['memory', 'in_flight']) overloadShed.inc({ reason }, 0)
+  // Every reason exported from the start, so that an alert's increase() sees the first shed.
+  for (const reason of ['memory', 'in_flight', 'connections']) overloadShed.inc({ reason }, 0)
   return {
     overloadShed,
     overloadShedding: new Gauge({

@@ -1,6 +1,6 @@
 // The overload manager: sheds new requests with 503 OVERLOADED before the process outgrows
-// its memory limit, or when too many requests are in flight, and stops by itself when the
-// pressure is gone. Envoy's overload manager is the model: know the limit, act before it,
+// its memory limit, or when too many requests are in flight, answers new connections the same
+// way beyond a bound on open ones, and stops by itself when the pressure is gone. Envoy's overload manager is the model: know the limit, act before it,
 // say so (logs, metrics, /readyz's reason, /status).
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
@@ -26,7 +26,15 @@ export const COLLECT_GAP_MS = 1_000
 /** Retry-After of a 503 OVERLOADED. */
 export const OVERLOAD_RETRY_AFTER_S = 1
 
-export type ShedReason = 'memory' | 'in_flight'
+/**
+ * How long an excess connection, once answered, is still read (and what it sends discarded)
+ * before it is closed: closing with the caller's request unread would make the kernel reset
+ * the connection, and a reset can destroy the answer before the caller reads it (RFC 9112
+ * §9.6, a server's lingering close).
+ */
+export const EXCESS_LINGER_MS = 2_000
+
+export type ShedReason = 'memory' | 'in_flight' | 'connections'
 
 /**
  * Live memory: V8's heap in use plus memory outside it held by JS objects (Buffers and other
@@ -70,12 +78,18 @@ export interface OverloadStatus {
   inFlight: number
   /** 0: no cap. */
   maxInFlight: number
+  /** Connections open on the proxy listener (the answered excess not counted). */
+  connections: number
+  /** 0: no bound. */
+  maxConnections: number
 }
 
 export interface OverloadOptions {
   limit: MemoryLimit
   /** MAX_IN_FLIGHT_REQUESTS; 0 for no cap. */
   maxInFlight: number
+  /** MAX_CONNECTIONS; 0 for no bound. */
+  maxConnections?: number
   clock: Clock
   log: Pick<Logger, 'info' | 'warn'>
   metrics: Pick<Metrics, 'overloadShedding' | 'overloadShed' | 'memoryLimitBytes' | 'measureLiveMemory'>
@@ -90,6 +104,10 @@ export interface OverloadManager {
   admit: () => ShedReason | undefined
   /** An admitted request's answer closed (call once per admission). */
   leave: () => void
+  /** Whether a new connection must be answered 503 and closed ('connections'), or undefined: it is counted open until disconnect(). */
+  connect: () => ShedReason | undefined
+  /** An admitted connection closed (call once per admission). */
+  disconnect: () => void
   /** Starts sampling (the first sample at once); stop() ends it. */
   start: () => void
   stop: () => void
@@ -101,7 +119,7 @@ export interface OverloadManager {
 const mib = (bytes: number): string => `${Math.round(bytes / 2 ** 20)} MiB`
 
 export function createOverloadManager (options: OverloadOptions): OverloadManager {
-  const { limit, maxInFlight, clock, log, metrics, readLiveBytes = liveBytes } = options
+  const { limit, maxInFlight, maxConnections = 0, clock, log, metrics, readLiveBytes = liveBytes } = options
   const watching = limit.bytes > 0
   const collect = options.collect ?? (watching ? fullCollection() : () => {})
   let live = 0
@@ -109,8 +127,15 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   let collectedAt = -Infinity
   let shedding = false
   let inFlight = 0
+  let connections = 0
   let stopTimer: (() => void) | undefined
-  const shed = { memory: metrics.overloadShed.labels('memory'), in_flight: metrics.overloadShed.labels('in_flight') }
+  const shed = {
+    memory: metrics.overloadShed.labels('memory'),
+    in_flight: metrics.overloadShed.labels('in_flight'),
+    connections: metrics.overloadShed.labels('connections')
+  }
+  const atInFlightCap = (): boolean => maxInFlight > 0 && inFlight >= maxInFlight
+  const atConnectionBound = (): boolean => maxConnections > 0 && connections >= maxConnections
   metrics.memoryLimitBytes.set(limit.bytes)
   metrics.overloadShedding.set(0)
   const currentLive = (): number => watching ? live : readLiveBytes()
@@ -144,12 +169,21 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   return {
     admit () {
       if (watching && clock.now() - sampledAt >= ADMISSION_SAMPLE_MS) sample()
-      const reason: ShedReason | undefined = shedding ? 'memory' : maxInFlight > 0 && inFlight >= maxInFlight ? 'in_flight' : undefined
+      const reason: ShedReason | undefined = shedding ? 'memory' : atInFlightCap() ? 'in_flight' : undefined
       if (reason === undefined) inFlight += 1
       else shed[reason].inc()
       return reason
     },
     leave () { inFlight -= 1 },
+    connect () {
+      if (atConnectionBound()) {
+        shed.connections.inc()
+        return 'connections'
+      }
+      connections += 1
+      return undefined
+    },
+    disconnect () { connections -= 1 },
     start () {
       if (watching && stopTimer === undefined) tick()
     },
@@ -158,7 +192,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       stopTimer = undefined
     },
     status: () => ({
-      state: shedding || (maxInFlight > 0 && inFlight >= maxInFlight) ? 'shedding' : 'normal',
+      state: shedding || atInFlightCap() || atConnectionBound() ? 'shedding' : 'normal',
       memoryShedding: shedding,
       limitBytes: limit.bytes,
       limitSource: limit.source,
@@ -167,12 +201,15 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       highWaterBytes: Math.round(HIGH_WATER * limit.bytes),
       lowWaterBytes: Math.round(LOW_WATER * limit.bytes),
       inFlight,
-      maxInFlight
+      maxInFlight,
+      connections,
+      maxConnections
     }),
     readinessNote () {
       const notes: string[] = []
       if (shedding) notes.push(`overloaded: live memory ${mib(live)} over ${HIGH_WATER * 100} % of the ${mib(limit.bytes)} limit, new requests get 503 OVERLOADED until it is below ${LOW_WATER * 100} %`)
-      if (maxInFlight > 0 && inFlight >= maxInFlight) notes.push(`at the cap of ${maxInFlight} requests in flight, new requests get 503 OVERLOADED`)
+      if (atInFlightCap()) notes.push(`at the cap of ${maxInFlight} requests in flight, new requests get 503 OVERLOADED`)
+      if (atConnectionBound()) notes.push(`at the bound of ${maxConnections} open connections, new connections get 503 OVERLOADED and are closed`)
       return notes.length === 0 ? undefined : notes.join('; ')
     }
   }

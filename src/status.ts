@@ -58,6 +58,7 @@ export function configSummary (config: Config): ConfigSummary {
     // '' when unset: the limit is then the cgroup's, shown under overload.
     MEMORY_LIMIT_BYTES: config.memoryLimitBytes ?? '',
     MAX_IN_FLIGHT_REQUESTS: config.maxInFlightRequests,
+    MAX_CONNECTIONS: config.maxConnections,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
     LOG_LEVEL: config.logLevel

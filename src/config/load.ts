@@ -42,6 +42,8 @@ export interface Config {
   readonly memoryLimitBytes: number | undefined
   /** New requests beyond this many in flight get 503 OVERLOADED; 0 for no cap. */
   readonly maxInFlightRequests: number
+  /** New connections beyond this many open get 503 OVERLOADED and are closed; 0 for no bound. */
+  readonly maxConnections: number
   readonly accessLog: boolean
   /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress-proxy.ts). */
   readonly egressProxy: EgressProxy
@@ -105,6 +107,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
     memoryLimitBytes: raw.MEMORY_LIMIT_BYTES,
     maxInFlightRequests: raw.MAX_IN_FLIGHT_REQUESTS,
+    maxConnections: raw.MAX_CONNECTIONS,
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,

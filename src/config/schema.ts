@@ -30,6 +30,13 @@ export const DEFAULT_CACHE_ENTRY_MAX_BYTES = 8 * 1024 * 1024
  * watch can see), 500 held in 5 runs of 5. Without its body a request held costs about 8.5 KiB.
  */
 export const DEFAULT_MAX_IN_FLIGHT_REQUESTS = 500
+/**
+ * Connections open on the proxy listener beyond which a new one is answered 503 OVERLOADED and
+ * closed (docs/overload.md). A connection that never sends its whole head costs some 12 KiB:
+ * in a 128 MiB cgroup, 10,000 of them OOM-killed the sidecar without a bound, and left its
+ * peak at 93.5 MiB with this one. Four times the in-flight cap: room for idle keep-alive callers.
+ */
+export const DEFAULT_MAX_CONNECTIONS = 2000
 /** Below this a MEMORY_LIMIT_BYTES would shed at idle: the sidecar's own live memory is some 20 MiB. */
 export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 
@@ -92,6 +99,7 @@ export const schema = {
     CACHE_ENTRY_MAX_BYTES: { type: 'integer', minimum: 1024, maximum: 256 * 1024 * 1024, default: DEFAULT_CACHE_ENTRY_MAX_BYTES },
     MEMORY_LIMIT_BYTES: { type: 'integer', minimum: 0 },
     MAX_IN_FLIGHT_REQUESTS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_IN_FLIGHT_REQUESTS },
+    MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
     LOG_LEVEL: logLevel

@@ -37,7 +37,7 @@ function modelHeap (now: () => number) {
   }
 }
 
-function manager (t: Test, { maxInFlight = 0, limitBytes = LIMIT } = {}) {
+function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = LIMIT } = {}) {
   const { clock, tick } = fakeClock()
   const model = modelHeap(clock.now)
   const logs = captureLogs()
@@ -45,6 +45,7 @@ function manager (t: Test, { maxInFlight = 0, limitBytes = LIMIT } = {}) {
   const overload = createOverloadManager({
     limit: { bytes: limitBytes, source: 'MEMORY_LIMIT_BYTES' },
     maxInFlight,
+    maxConnections,
     clock,
     log: logs.log,
     metrics,
@@ -173,16 +174,39 @@ t.test('the in-flight cap: the next request is shed, and passes once one answer 
     highWaterBytes: 60 * MiB,
     lowWaterBytes: 45 * MiB,
     inFlight: 0,
-    maxInFlight: 3
+    maxInFlight: 3,
+    connections: 0,
+    maxConnections: 0
   })
   t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'in_flight' }), 2)
 })
 
-t.test('0 means off: no memory watch without a limit, no cap with MAX_IN_FLIGHT_REQUESTS=0', async (t) => {
+t.test('the connection bound: the next connection is refused, and passes once one closed; requests are not counted', async (t) => {
+  const { overload, metrics } = manager(t, { maxConnections: 2, maxInFlight: 1 })
+  t.equal(overload.connect(), undefined)
+  t.equal(overload.connect(), undefined)
+  t.equal(overload.connect(), 'connections')
+  t.match(overload.status(), { state: 'shedding', connections: 2, maxConnections: 2 })
+  t.match(overload.readinessNote(), /at the bound of 2 open connections, new connections get 503 OVERLOADED and are closed/)
+  t.equal(overload.admit(), undefined, 'a request on an open connection is admitted')
+  overload.leave()
+  overload.disconnect()
+  t.equal(overload.connect(), undefined, 'one closed: the next passes')
+  t.equal(overload.connect(), 'connections')
+  overload.disconnect()
+  overload.disconnect()
+  t.match(overload.status(), { state: 'normal', connections: 0 })
+  t.equal(overload.readinessNote(), undefined)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'connections' }), 2)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'in_flight' }), 0)
+})
+
+t.test('0 means off: no memory watch without a limit, no cap with MAX_IN_FLIGHT_REQUESTS=0, no bound with MAX_CONNECTIONS=0', async (t) => {
   const { overload, model, tick } = manager(t, { limitBytes: 0 })
   model.heap.held = 1e12
   await tick(SAMPLE_MS * 4)
   for (let i = 0; i < 5000; i++) t.equal(overload.admit(), undefined)
+  for (let i = 0; i < 5000; i++) t.equal(overload.connect(), undefined, 'no bound with MAX_CONNECTIONS=0')
   t.equal(model.heap.collections, 0)
   t.equal(overload.status().liveBytes, 1e12, 'live memory still shown, read when asked')
 })
