@@ -131,7 +131,7 @@ async function main (): Promise<void> {
   }
 
   // 0. The compile cache of the bundle targets, filled once, by the first of them (one entry
-  // per node binary, accepted whatever the flags), as the image build does.
+  // per node binary, accepted whatever the flags), as an image build would.
   const cached = o.sidecars.find((s) => s.compileCache === true)
   if (cached !== undefined) fillCompileCache(env, cached.node ?? o.node, entryPoint(cached.dir))
 

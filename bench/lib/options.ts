@@ -14,7 +14,7 @@ export interface Sidecar {
   /** A checkout holding dist/main.js, or a script run as it is (a floor, the bundle). */
   dir: string
   node: string | undefined
-  /** Runs with NODE_COMPILE_CACHE set to a cache the harness fills first, as the image does. */
+  /** Runs with NODE_COMPILE_CACHE set to a cache the harness fills first, as an image build would. */
   compileCache?: boolean
 }
 
@@ -71,7 +71,7 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                           (without @NODE: the node flags of DIR's "npm start", as shipped)
   --bundle                also measure the bundle (dist/main.bundle.js, npm run bundle) as shipped in the
                           image: sidecar-bundle (no compile cache), sidecar-bundle-cache (Node's compile
-                          cache filled first by scripts/fill-compile-cache.mjs, as the image build does)
+                          cache filled first by scripts/fill-compile-cache.mjs, as an image build would)
                           and sidecar-bundle-cache-srcmaps (the same with --enable-source-maps)
   --compile-cache DIR     where the compile cache is filled (default <out>/compile-cache)
   --no-nginx, --no-direct, --no-floors  leave a target out (the floors: node-floor and fastify-floor,

@@ -1,6 +1,6 @@
 // What the load generator talks to, and how each is started and pinned: direct (the
 // upstream itself), a sidecar build (DIR/dist/main.js), the bundle (dist/main.bundle.js, with
-// or without the compile cache the image fills) or a floor script (bench/floors/*.js), run by
+// or without the compile cache filled for it) or a floor script (bench/floors/*.js), run by
 // the node binary and flags given, and nginx. Every proxy runs on the proxy core.
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -42,7 +42,7 @@ export function compileCacheDir (env: Env): string {
 }
 
 /**
- * Fills the compile cache before anything is measured, as the image build does: the bundle
+ * Fills the compile cache before anything is measured, as an image build would: the bundle
  * started by NODE (binary and flags) until ready, then stopped (scripts/fill-compile-cache.mjs).
  */
 export function fillCompileCache (env: Env, node: string, bundle: string): void {
