@@ -9,6 +9,15 @@ export const BENCH_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 export const REPO = resolve(BENCH_DIR, '..', '..')
 export const MIB = 1024 * 1024
 
+export interface Sidecar {
+  name: string
+  /** A checkout holding dist/main.js, or a script run as it is (a floor, the bundle). */
+  dir: string
+  node: string | undefined
+  /** Runs with NODE_COMPILE_CACHE set to a cache the harness fills first, as an image build would. */
+  compileCache?: boolean
+}
+
 export interface Options {
   smoke: boolean
   rounds: number
@@ -22,7 +31,9 @@ export interface Options {
   startups: number
   warmupS: number
   workloads: Set<string>
-  sidecars: Array<{ name: string, dir: string, node: string | undefined }>
+  sidecars: Sidecar[]
+  /** Where the bundle targets' compile cache is filled (default: the run's directory). */
+  compileCache: string | undefined
   /** The floors (bench/floors/): node:http + undici, and Fastify + @fastify/http-proxy on defaults. */
   floors: Array<{ name: string, dir: string, node: string }>
   withFloors: boolean
@@ -58,6 +69,11 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                           or a script instead of DIR, e.g. a floor: dist/bench/floors/node-floor.js;
                           @NODE runs this one with another node binary, and flags: @"/path/node --flag"
                           (without @NODE: the node flags of DIR's "npm start", as shipped)
+  --bundle                also measure the bundle (dist/main.bundle.js, npm run bundle) as shipped in the
+                          image: sidecar-bundle (no compile cache), sidecar-bundle-cache (Node's compile
+                          cache filled first by scripts/fill-compile-cache.mjs, as an image build would)
+                          and sidecar-bundle-cache-srcmaps (the same with --enable-source-maps)
+  --compile-cache DIR     where the compile cache is filled (default <out>/compile-cache)
   --no-nginx, --no-direct, --no-floors  leave a target out (the floors: node-floor and fastify-floor,
                           bench/floors/, run with the same node and flags as a sidecar without @NODE)
   --node PATH             node binary (and flags) for the sidecars (default: the one running this script)
@@ -86,6 +102,7 @@ export function parseOptions (argv: string[]): Options {
     warmupS: 3,
     workloads: new Set(['startup', 'saturation', 'rate', 'stream']),
     sidecars: [],
+    compileCache: undefined,
     floors: [],
     withFloors: true,
     withNginx: true,
@@ -103,6 +120,7 @@ export function parseOptions (argv: string[]): Options {
     rateNice: -10
   }
   const given = new Set<string>()
+  let withBundle = false
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string
     const value = (): string => {
@@ -134,6 +152,8 @@ export function parseOptions (argv: string[]): Options {
         o.sidecars.push({ name: m[1], dir: resolve(m[2]), node: m[3] })
         break
       }
+      case '--bundle': withBundle = true; break
+      case '--compile-cache': o.compileCache = resolve(value()); break
       case '--no-nginx': o.withNginx = false; break
       case '--no-floors': o.withFloors = false; break
       case '--no-direct': o.withDirect = false; break
@@ -153,6 +173,13 @@ export function parseOptions (argv: string[]): Options {
   if (o.sidecars.length === 0) o.sidecars.push({ name: 'sidecar', dir: REPO, node: undefined })
   // Without @NODE, a sidecar runs as shipped: with the node flags of its `npm start`.
   for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir.endsWith('.js') ? REPO : s.dir)].join(' ')
+  if (withBundle) {
+    const dir = join(REPO, 'dist', 'main.bundle.js')
+    const node = [o.node, ...shippedNodeFlags(REPO)]
+    o.sidecars.push({ name: 'sidecar-bundle', dir, node: node.join(' ') },
+      { name: 'sidecar-bundle-cache', dir, node: node.join(' '), compileCache: true },
+      { name: 'sidecar-bundle-cache-srcmaps', dir, node: [node[0], '--enable-source-maps', ...node.slice(1)].join(' '), compileCache: true })
+  }
   // The floors run on the same node, with the same flags, as this repository's sidecar.
   if (o.withFloors) {
     const node = [o.node, ...shippedNodeFlags(REPO)].join(' ')

@@ -62,11 +62,12 @@ export function report (res: Results, targets: Target[]): string {
   if (res.startup.length > 0) {
     lines.push('### Start-up (sidecar, default configuration; floors for context, which hold no token)')
     lines.push('')
-    lines.push('| sidecar | starts | start → listening, ms | start → ready (first token), ms | idle RSS, MiB | idle private (RssAnon), MiB |')
-    lines.push('|---|---|---|---|---|---|')
+    lines.push('| sidecar | starts | start → listening, ms | start → ready (first token), ms | CPU to listening, ms | CPU to ready, ms | idle RSS, MiB | idle private (RssAnon), MiB |')
+    lines.push('|---|---|---|---|---|---|---|---|')
     for (const name of started) {
       const runs = res.startup.filter((r) => r.name === name)
-      lines.push(`| ${name} | ${runs.length} | ${f(median(runs.map((r) => r.listeningMs)), 0)} | ${f(median(runs.map((r) => r.readyMs)), 0)} | ${f(median(runs.map((r) => r.idleRssMiB)))} | ${f(median(runs.map((r) => r.idleRssAnonMiB)))} |`)
+      const m = (pick: (r: StartupRun) => number, digits?: number): string => f(median(runs.map(pick)), digits)
+      lines.push(`| ${name} | ${runs.length} | ${m((r) => r.listeningMs, 0)} | ${m((r) => r.readyMs, 0)} | ${m((r) => r.cpuToListeningMs, 0)} | ${m((r) => r.cpuToReadyMs, 0)} | ${m((r) => r.idleRssMiB)} | ${m((r) => r.idleRssAnonMiB)} |`)
     }
     lines.push('')
   }
@@ -150,6 +151,12 @@ export function report (res: Results, targets: Target[]): string {
     const ready = median(res.startup.filter((r) => r.name === s).map((r) => r.readyMs))
     if (Number.isFinite(listen)) row('start to listening', `${f(listen, 0)} ms`, '≤ 250 ms', listen <= 250)
     if (Number.isFinite(ready)) row('start to ready (first token)', `${f(ready, 0)} ms`, '≤ 250 ms', ready <= 250)
+    const cpuReady = median(res.startup.filter((r) => r.name === s).map((r) => r.cpuToReadyMs))
+    // The bundle is shipped only at or below this floor's start-up CPU, measured in the same run.
+    const floorCpu = median(res.startup.filter((r) => r.name === 'fastify-floor').map((r) => r.cpuToReadyMs))
+    if (Number.isFinite(cpuReady) && Number.isFinite(floorCpu)) {
+      row('CPU to ready (utime + stime)', `${f(cpuReady, 0)} ms`, `≤ fastify-floor's ${f(floorCpu, 0)} ms`, cpuReady <= floorCpu)
+    }
     if (rate.length > 0) {
       const a50 = addedOverDirect(rate, s, (r) => r.serviceMs.p50 ?? NaN)
       const a99 = addedOverDirect(rate, s, (r) => r.serviceMs.p99 ?? NaN)
@@ -167,6 +174,7 @@ export function report (res: Results, targets: Target[]): string {
       const base = sidecars[0] as string
       const m = (name: string, pick: (r: StartupRun) => number): number => median(res.startup.filter((r) => r.name === name).map(pick))
       row(`start to listening, ${s} − ${base} (medians)`, `${f(m(s, (r) => r.listeningMs) - m(base, (r) => r.listeningMs), 0)} ms`, '(A/B)', undefined)
+      row(`CPU to ready, ${s} − ${base} (medians)`, `${f(m(s, (r) => r.cpuToReadyMs) - m(base, (r) => r.cpuToReadyMs), 0)} ms`, '(A/B)', undefined)
       row(`idle private memory, ${s} − ${base} (medians)`, `${f(m(s, (r) => r.idleRssAnonMiB) - m(base, (r) => r.idleRssAnonMiB))} MiB`, '(A/B)', undefined)
     }
     if (sidecars.length > 1 && s !== sidecars[0] && sat.length > 0) {

@@ -1,9 +1,11 @@
 // What the load generator talks to, and how each is started and pinned: direct (the
-// upstream itself), a sidecar build (DIR/dist/main.js) or a floor script (bench/floors/*.js),
-// run by the node binary and flags given, and nginx. Every proxy runs on the proxy core.
+// upstream itself), a sidecar build (DIR/dist/main.js), the bundle (dist/main.bundle.js, with
+// or without the compile cache filled for it) or a floor script (bench/floors/*.js), run by
+// the node binary and flags given, and nginx. Every proxy runs on the proxy core.
+import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { writeNginxConfig } from './nginx.js'
-import type { Options } from './options.js'
+import { die, log, REPO, type Options } from './options.js'
 import { childrenOf, type Watched } from './proc.js'
 import { freePort, httpOk, launch, tcpAccepts, waitFor, type Spawned } from './processes.js'
 
@@ -34,9 +36,28 @@ export interface Env {
   loadCore: number | undefined
 }
 
-export function sidecarEnv (env: Env, port: number, adminPort: number): NodeJS.ProcessEnv {
+/** The compile cache of the bundle targets: --compile-cache, or the run's directory. */
+export function compileCacheDir (env: Env): string {
+  return env.o.compileCache ?? join(env.runDir, 'compile-cache')
+}
+
+/**
+ * Fills the compile cache before anything is measured, as an image build would: the bundle
+ * started by NODE (binary and flags) until ready, then stopped (scripts/fill-compile-cache.mjs).
+ */
+export function fillCompileCache (env: Env, node: string, bundle: string): void {
+  const [bin, flags] = nodeCommand(node)
+  const r = spawnSync(bin, [...flags, join(REPO, 'scripts', 'fill-compile-cache.mjs'), compileCacheDir(env), bundle], {
+    env: { PATH: process.env.PATH }, encoding: 'utf8'
+  })
+  if (r.status !== 0) die(`filling the compile cache failed:\n${r.stdout}${r.stderr}`)
+  log(r.stdout.trim())
+}
+
+export function sidecarEnv (env: Env, port: number, adminPort: number, compileCache = false): NodeJS.ProcessEnv {
   // The default configuration: only what must be set, nothing tuned.
   return {
+    ...(compileCache ? { NODE_COMPILE_CACHE: compileCacheDir(env) } : {}),
     PATH: process.env.PATH,
     AUTH_URL: `http://127.0.0.1:${env.standInPort}`,
     UPSTREAM_URL: `http://127.0.0.1:${env.upstreamPort}`,
@@ -65,12 +86,14 @@ export function sidecarArgs (env: Env, dir: string, name: string, flags: string[
 }
 
 /** A sidecar build, or a floor (bench/floors/*.js, started the same way, with the same variables). */
-export async function startSidecar (env: Env, name: string, dir: string, node: string, kind: 'sidecar' | 'floor' = 'sidecar'): Promise<{ target: Target, process: Spawned }> {
+export async function startSidecar (
+  env: Env, name: string, dir: string, node: string, kind: 'sidecar' | 'floor' = 'sidecar', compileCache = false
+): Promise<{ target: Target, process: Spawned }> {
   const port = await freePort()
   const adminPort = await freePort()
   const [bin, flags] = nodeCommand(node)
   const p = launch(name, bin, sidecarArgs(env, dir, name, flags), {
-    env: sidecarEnv(env, port, adminPort), logDir: env.logDir, ...(env.proxyCore === undefined ? {} : { core: env.proxyCore })
+    env: sidecarEnv(env, port, adminPort, compileCache), logDir: env.logDir, ...(env.proxyCore === undefined ? {} : { core: env.proxyCore })
   })
   await waitFor(`${name} readiness`, () => httpOk(`http://127.0.0.1:${adminPort}/readyz`), 20_000, 20)
   return { target: { name, kind, port, headers: {}, proc: { pids: () => [p.pid] } }, process: p }
