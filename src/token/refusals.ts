@@ -60,7 +60,7 @@ export function createRefusals ({ log, tokenUrl, credentials, rejectedRetryMs, r
         ? `egress proxy refused our credentials; check the user and password in ${proxyVariable}`
         : `token endpoint rejected the client credentials; check ${credentialsInUse(credentials)}`)
     } else {
-      // Stryker disable next-line StringLiteral,ObjectLiteral: a debug line's wording and fields
+      // Stryker disable next-line StringLiteral: a debug line's wording
       log.debug({ outcome: error.outcome, oauthError: error.oauthError, retryInMs: rejectedRetryMs }, 'credentials still refused')
     }
     if (proxy) byProxy = true
