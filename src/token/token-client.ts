@@ -100,7 +100,8 @@ export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher
         headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
         body,
         signal,
-        ...(dispatcher === undefined ? {} : { dispatcher })
+        // undefined: undici's global dispatcher (its own default).
+        dispatcher
       })
     } catch (err) {
       throw transportError(err, signal, timeoutMs)
@@ -132,10 +133,11 @@ function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): 
     return new TokenRequestError('timeout', `token endpoint did not answer within ${timeoutMs} ms`)
   }
   // The proxy's own failure, named for it: not the token endpoint's.
-  if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', err.message.replace(/^the /, ''), { cause: err })
   if (isEgressProxyError(err)) {
-    const cause = (err.cause as { code?: string } | undefined)?.code
+    // Stryker disable next-line Regex: every egress error's message begins with "the ", so the first match is the anchored one
     const message = err.message.replace(/^the /, '')
+    if (err instanceof EgressProxyAuthError) return new TokenRequestError('proxy_rejected', message, { cause: err })
+    const cause = (err.cause as { code?: string } | undefined)?.code
     return new TokenRequestError('proxy_error', cause === undefined ? message : `${message} (${cause})`, { cause: err })
   }
   const code = (err as { code?: string }).code ?? 'unknown'
@@ -148,7 +150,8 @@ async function readLimited (body: Dispatcher.ResponseData['body']): Promise<stri
   for await (const chunk of body) {
     size += (chunk as Buffer).length
     if (size > MAX_RESPONSE_BYTES) {
-      body.destroy()
+      // Leaving the loop destroys the body (a stream's async iterator does): the connection
+      // is closed, not drained.
       throw new TokenRequestError('invalid_response', `token endpoint answer exceeds ${MAX_RESPONSE_BYTES} bytes`)
     }
     chunks.push(chunk as Buffer)
@@ -203,7 +206,8 @@ export function tokenInfo (body: Record<string, unknown>): TokenInfo {
   const info: TokenInfo = {}
   for (const field of TOKEN_INFO_FIELDS) {
     const raw = body[field]
-    const value = typeof raw === 'number' && Number.isFinite(raw) ? String(raw) : raw
+    // Number.isFinite is false for anything but a finite number (it does not convert).
+    const value = Number.isFinite(raw) ? String(raw) : raw
     if (typeof value === 'string' && value.length <= TOKEN_INFO_MAX_LENGTH && /^[\x20-\x7e]*$/.test(value)) {
       info[field] = value
     }
@@ -240,7 +244,7 @@ function parseJsonObject (text: string): Record<string, unknown> | undefined {
     return typeof value === 'object' && value !== null && !Array.isArray(value)
       ? value as Record<string, unknown>
       : undefined
-  } catch {
+  } /* Stryker disable next-line BlockStatement: emptied, the catch returns undefined all the same */ catch {
     return undefined
   }
 }
@@ -250,11 +254,7 @@ function httpError (
 ): TokenRequestError {
   const oauthError = oauthErrorCode(text)
   const retryAfterMs = parseRetryAfter(headers['retry-after'])
-  const details = {
-    statusCode,
-    ...(oauthError === undefined ? {} : { oauthError }),
-    ...(retryAfterMs === undefined ? {} : { retryAfterMs })
-  }
+  const details = { statusCode, oauthError, retryAfterMs }
   const suffix = oauthError === undefined ? '' : ` (${oauthError})`
   if (statusCode === 429) {
     return new TokenRequestError('rate_limited', `token endpoint rate-limited the request (429)${suffix}`, details)
@@ -292,6 +292,8 @@ export function parseRetryAfter (value: string | string[] | undefined, now = Dat
   const trimmed = v.trim()
   if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000
   if (!HTTP_DATE_START.test(trimmed)) return undefined
-  const date = Date.parse(trimmed)
+  // Every HTTP-date is GMT, but the asctime form does not say so, and Date.parse would read it
+  // as local time. A second GMT after the first changes nothing.
+  const date = Date.parse(`${trimmed} GMT`)
   return Number.isNaN(date) ? undefined : Math.max(0, date - now)
 }

@@ -1,51 +1,8 @@
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { TokenRequestError, type FetchedToken } from '../../src/token/token-client.js'
-import { createTokenManager, DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, shownTimes, type Token, type TokenManagerOptions } from '../../src/token/token-manager.js'
-import { fakeClock } from '../helpers/fake-clock.js'
-import { captureLogs } from '../helpers/logs.js'
-
-const HOUR = 3_600_000
-
-type Answer = { lifetimeMs: number, latencyMs?: number } | { error: TokenRequestError, latencyMs?: number } | 'hang'
-
-/**
- * A token endpoint made of promises: each call takes the next scripted answer
- * (the last one repeats) and resolves after its latency on the fake clock.
- */
-function scriptedEndpoint (clock: ReturnType<typeof fakeClock>, answers: Answer[]) {
-  let calls = 0
-  const fetchToken = async (): Promise<FetchedToken> => {
-    const answer = answers[Math.min(calls, answers.length - 1)]
-    calls += 1
-    const n = calls
-    if (answer === undefined || answer === 'hang') return await new Promise<never>(() => {})
-    if (answer.latencyMs !== undefined) await new Promise((resolve) => clock.fake.setTimeout(resolve, answer.latencyMs))
-    if ('error' in answer) throw answer.error
-    return { accessToken: `token-${n}`, lifetimeMs: answer.lifetimeMs, info: { application_name: 'demo-app', client_id: 'demo-client' } }
-  }
-  return { fetchToken, calls: () => calls }
-}
-
-function manager (t: Test, answers: Answer[], options: Partial<TokenManagerOptions> = {}) {
-  const clock = fakeClock()
-  const endpoint = scriptedEndpoint(clock, answers)
-  const logs = captureLogs()
-  const tokens = createTokenManager({
-    fetchToken: endpoint.fetchToken,
-    log: logs.log,
-    metrics: createMetrics({ defaultMetrics: false }),
-    refreshMarginMs: 300_000,
-    waitMs: 3000,
-    clock: clock.clock,
-    random: () => 0,
-    ...options
-  })
-  t.teardown(() => { tokens.stop() })
-  return { tokens, clock, endpoint, logs }
-}
-
-const serverError = () => new TokenRequestError('server_error', 'token endpoint failed (500)', { statusCode: 500 })
+import { TokenRequestError } from '../../src/token/token-client.js'
+import { DEMAND_RETRY_INTERVAL_MS, REJECTED_RETRY_MS, shownTimes, type Token } from '../../src/token/token-manager.js'
+import { HOUR, manager, serverError, type Answer } from './scripted-manager.js'
 
 t.test('1000 concurrent callers on a cold manager cause exactly one token request', async (t) => {
   const { tokens, endpoint, clock } = manager(t, [{ lifetimeMs: HOUR, latencyMs: 50 }])
