@@ -54,6 +54,7 @@ export function credentialProblem (value: string): string | undefined {
   const chars = Array.from(value)
   const at = chars.findIndex((c) => characterKind(c) !== undefined)
   if (at === -1) return undefined
+  // Stryker disable next-line StringLiteral: unreachable fallbacks: `at` is the index of a character characterKind names
   const kind = characterKind(chars[at] ?? '') ?? ''
   const more = chars.filter((c) => characterKind(c) !== undefined).length - 1
   return `character ${at + 1} of ${chars.length} is ${kind}` +

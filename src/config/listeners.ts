@@ -13,6 +13,7 @@ export function hostsOverlap (a: string, b: string): boolean {
 }
 const LOOPBACK = new Set(['127.0.0.1', '::1'])
 function normalHost (host: string): string {
+  // Stryker disable next-line Regex: brackets anywhere but around the whole host are refused by listenerProblems' patterns, and no such host ever loads
   const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1')
   return h === '::0' || h === '0:0:0:0:0:0:0:0' ? '::' : h
 }
@@ -20,13 +21,18 @@ function normalHost (host: string): string {
 // A host name (RFC 1123 labels) or an IP literal; anything else cannot be listened on.
 const HOST_PATTERN = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i
 const IP_PATTERN = /^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?\]?)$/i
+// RFC 1123 §2.1: a host name's top-level label is never all digits. `10.0.0.1000` is a mistyped
+// address and `8080` a port in the wrong variable, not names to resolve (the resolver would take
+// `8080` for the address 0.0.31.144, and `127.1` for 127.0.0.1, which hostsOverlap cannot see).
+const NUMERIC_TOP_LABEL = /(?:^|\.)\d+\.?$/
+const isHostName = (host: string): boolean => HOST_PATTERN.test(host) && !NUMERIC_TOP_LABEL.test(host)
 
 /** What check-config can see about the two listeners without listening. */
 export function listenerProblems (raw: { HOST: string, PORT: number, ADMIN_HOST: string, ADMIN_PORT: number }): string[] {
   const problems: string[] = []
   for (const name of ['HOST', 'ADMIN_HOST'] as const) {
     const host = raw[name]
-    if (!HOST_PATTERN.test(host) && !IP_PATTERN.test(host)) problems.push(`${name}: is neither a host name nor an IP address`)
+    if (!isHostName(host) && !IP_PATTERN.test(host)) problems.push(`${name}: is neither a host name nor an IP address`)
   }
   if (raw.PORT !== 0 && raw.PORT === raw.ADMIN_PORT && hostsOverlap(raw.HOST, raw.ADMIN_HOST)) {
     problems.push(`PORT: equals ADMIN_PORT (${raw.PORT}) on overlapping addresses ` +

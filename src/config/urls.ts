@@ -3,14 +3,14 @@
  * `AUTH_URL=https://transact.ti.com/v1/oauth/accesstoken` would ask
  * `.../v1/oauth/accesstoken/v1/oauth/accesstoken` and get 404 on every token request.
  * The message shows the URL to set instead (a URL never holds a credential: checkUrl
- * refuses user info).
+ * refuses user info). `url` is checkUrl's result: no query, no fragment, no trailing slash.
  */
 export function checkBaseUrl (
   name: string, url: string | undefined, path: string, why: string, problems: string[]
 ): string | undefined {
   if (url === undefined) return undefined
   const { pathname } = new URL(url)
-  if (!pathname.toLowerCase().replace(/\/+$/, '').endsWith(path)) return url
+  if (!pathname.toLowerCase().endsWith(path)) return url
   const base = url.slice(0, url.length - path.length).replace(/\/+$/, '')
   problems.push(`${name}: must not end in ${path} (${why}): set ${name}=${base}`)
   return undefined
