@@ -48,7 +48,7 @@ export function area (name, { mutate, testFiles, breakAt }) {
     reporters: ['clear-text', 'progress-append-only', 'html', 'json'],
     htmlReporter: { fileName: `reports/mutation/${name}.html` },
     jsonReporter: { fileName: `reports/mutation/${name}.json` },
-    thresholds: { high: Math.max(90, (breakAt ?? 0) + 2), low: breakAt ?? 60, break: breakAt },
+    thresholds: { high: Math.min(100, Math.max(90, (breakAt ?? 0) + 2)), low: breakAt ?? 60, break: breakAt },
     // The machine is shared: one test process at a time unless told otherwise
     // (`--concurrency N` on the command line overrides this).
     concurrency: 1,
