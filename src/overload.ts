@@ -40,6 +40,13 @@ export const USAGE_WATER = 0.7
  * cgroup's usage up by 53 MiB, 109 KiB each.
  */
 export const BODY_COST = 2
+/**
+ * A body is counted up to this length: one this short arrives whole and is kept for a replay
+ * (proxy.ts REPLAY_BODY_MAX_BYTES); a longer one is streamed upstream under backpressure, not
+ * held whole, so its length says nothing of what it holds (and a caller announcing a huge one
+ * must not shed everybody else).
+ */
+export const COUNTED_BODY_MAX_BYTES = 64 * 1024
 /** At most one forced full collection this often, and only while the samples say shed. */
 export const COLLECT_GAP_MS = 1_000
 /** Retry-After of a 503 OVERLOADED. */
@@ -135,7 +142,7 @@ export interface OverloadOptions {
 export interface OverloadManager {
   /**
    * Why a new request must be shed, or undefined: it is admitted and counted in flight, with
-   * BODY_COST times the body length its head announces, until leave().
+   * BODY_COST times the body length its head announces (up to COUNTED_BODY_MAX_BYTES), until leave().
    */
   admit: (bodyBytes?: number) => ShedReason | undefined
   /** An admitted request's answer closed (call once per admission, with the same body length). */
@@ -152,6 +159,7 @@ export interface OverloadManager {
   readinessNote: () => string | undefined
 }
 
+const counted = (bodyBytes: number): number => BODY_COST * Math.min(bodyBytes, COUNTED_BODY_MAX_BYTES)
 const mib = (bytes: number): string => `${Math.round(bytes / 2 ** 20)} MiB`
 
 export function createOverloadManager (options: OverloadOptions): OverloadManager {
@@ -231,7 +239,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       const reason: ShedReason | undefined = shedding ? 'memory' : atInFlightCap() ? 'in_flight' : undefined
       if (reason === undefined) {
         inFlight += 1
-        reserved += BODY_COST * bodyBytes
+        reserved += counted(bodyBytes)
       } else {
         shed[reason].inc()
       }
@@ -239,7 +247,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     },
     leave (bodyBytes = 0) {
       inFlight -= 1
-      reserved -= BODY_COST * bodyBytes
+      reserved -= counted(bodyBytes)
     },
     connect () {
       if (atConnectionBound()) {

@@ -2,7 +2,7 @@
 // hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'
@@ -201,32 +201,41 @@ t.test('the usage is read at most once a sample, and only when it can matter', a
 })
 
 t.test('bodies in flight: heads admitted at low memory count for the bodies they announce, until their answers close', async (t) => {
-  const { overload, model, cgroup, tick } = manager(t)
-  model.heap.held = 10 * MiB
+  const { overload, model, cgroup, tick } = manager(t, { limitBytes: 10 * MiB })
+  model.heap.held = 2 * MiB
   await tick(SAMPLE_MS)
-  const body = 10 * MiB
-  // 10 MiB live + BODY_COST × 10 MiB a head: the high water (60 MiB) is crossed at the third head.
+  const body = 60 * 1024
   t.equal(BODY_COST, 2)
-  t.equal(overload.admit(body), undefined)
-  t.equal(overload.admit(body), undefined)
-  t.equal(overload.status().inFlightBodyBytes, 40 * MiB)
-  t.equal(overload.admit(body), undefined, '50 MiB counted: admitted')
-  t.equal(overload.admit(body), 'memory', 'at once, within the same sample: 70 MiB counted')
-  t.match(overload.readinessNote(), /live memory 10 MiB and 60 MiB for bodies in flight over 60 %/)
-  for (let i = 0; i < 3; i++) overload.leave(body)
+  // 2 MiB live + BODY_COST × 60 KiB a head: the high water (6 MiB) is crossed at the 35th head.
+  for (let i = 0; i < 34; i++) t.equal(overload.admit(body), undefined)
+  t.equal(overload.status().inFlightBodyBytes, 34 * 120 * 1024)
+  t.equal(overload.admit(body), undefined, '5.98 MiB counted: admitted')
+  t.equal(overload.admit(body), 'memory', 'at once, within the same sample: 6.1 MiB counted')
+  t.match(overload.readinessNote(), /live memory 2 MiB and 4 MiB for bodies in flight over 60 %/)
+  for (let i = 0; i < 35; i++) overload.leave(body)
   t.equal(overload.status().inFlightBodyBytes, 0)
   t.equal(overload.admit(), undefined, 'their answers closed: accepting again, without a new sample')
   overload.leave()
-  // With the cgroup's usage: counted on it too.
-  cgroup.usage = 40 * MiB
+  // With the cgroup's usage (5 MiB): counted on it too. Shed once live + bodies is over the low
+  // water (4.5 MiB) with usage + bodies over its water (7 MiB): after 22 heads, 2 + 2.58 MiB.
+  cgroup.usage = 5 * MiB
   await tick(SAMPLE_MS)
-  t.equal(overload.admit(body), undefined, 'live 10 + 20, usage 40 + 20')
-  t.equal(overload.admit(body), undefined, 'live 10 + 40 over the low water, usage 40 + 40 over its water')
-  t.equal(overload.admit(), 'memory')
-  overload.leave(body)
-  overload.leave(body)
+  for (let i = 0; i < 22; i++) t.equal(overload.admit(body), undefined)
+  t.equal(overload.admit(body), 'memory')
+  t.match(overload.status(), { memoryShedding: true, usageBytes: 5 * MiB })
+  for (let i = 0; i < 22; i++) overload.leave(body)
+  t.equal(overload.admit(), undefined, 'the bodies gone, live memory under the low water: accepting again, usage unchanged')
+  overload.leave()
+})
+
+t.test('a body is counted up to COUNTED_BODY_MAX_BYTES: a longer one is streamed, and a huge announced length sheds nobody else', async (t) => {
+  const { overload } = manager(t)
+  t.equal(overload.admit(2 ** 40), undefined)
+  t.equal(overload.status().inFlightBodyBytes, BODY_COST * COUNTED_BODY_MAX_BYTES)
   t.equal(overload.admit(), undefined)
   overload.leave()
+  overload.leave(2 ** 40)
+  t.equal(overload.status().inFlightBodyBytes, 0)
 })
 
 t.test('memory held by live objects keeps it shedding, collections at most once a second, until released', async (t) => {
