@@ -30,6 +30,12 @@ export interface MemoryLimit {
   readonly source: MemoryLimitSource
   /** The control file the limit came from. */
   readonly file?: string
+  /**
+   * The same group's usage counter, the figure the kernel holds against the limit (v2
+   * memory.current, v1 memory.usage_in_bytes); none for MEMORY_LIMIT_BYTES, which may name no
+   * group at all (a cgroup's root counts the whole machine).
+   */
+  readonly usageFile?: string
 }
 
 /** The process's groups in /proc/self/cgroup: the v2 group (`0::/path`) and the v1 memory group. */
@@ -67,25 +73,31 @@ export function candidateDirs (mount: string, group: string): string[] {
   return dirs
 }
 
-/** The smallest limit among the candidates, with the file it came from. */
-function smallestLimit (read: ReadSystemFile, dirs: string[], file: string, source: MemoryLimitSource): MemoryLimit | undefined {
+/** The smallest limit among the candidates, with the file it came from and its group's usage counter. */
+function smallestLimit (read: ReadSystemFile, dirs: string[], files: { limit: string, usage: string }, source: MemoryLimitSource): MemoryLimit | undefined {
   let found: MemoryLimit | undefined
   for (const dir of dirs) {
-    const path = `${dir}/${file}`
+    const path = `${dir}/${files.limit}`
     const bytes = parseLimitValue(read(path))
-    if (bytes !== undefined && (found === undefined || bytes < found.bytes)) found = { bytes, source, file: path }
+    if (bytes !== undefined && (found === undefined || bytes < found.bytes)) found = { bytes, source, file: path, usageFile: `${dir}/${files.usage}` }
   }
   return found
+}
+
+/** A usage counter's value in bytes; undefined when unreadable. */
+export function readUsageBytes (read: ReadSystemFile, file: string): number | undefined {
+  const value = read(file)?.trim()
+  return value !== undefined && /^\d+$/.test(value) ? Number(value) : undefined
 }
 
 /** The limit of the process's own cgroup (v2 first, then v1), or none. */
 export function cgroupMemoryLimit (read: ReadSystemFile = readSystemFile, root = CGROUP_ROOT): MemoryLimit {
   const groups = parseProcCgroup(read('/proc/self/cgroup') ?? '')
-  const v2 = groups.v2 === undefined ? undefined : smallestLimit(read, candidateDirs(root, groups.v2), 'memory.max', 'cgroup v2')
+  const v2 = groups.v2 === undefined ? undefined : smallestLimit(read, candidateDirs(root, groups.v2), { limit: 'memory.max', usage: 'memory.current' }, 'cgroup v2')
   if (v2 !== undefined) return v2
   const v1 = groups.v1Memory === undefined
     ? undefined
-    : smallestLimit(read, candidateDirs(`${root}/memory`, groups.v1Memory), 'memory.limit_in_bytes', 'cgroup v1')
+    : smallestLimit(read, candidateDirs(`${root}/memory`, groups.v1Memory), { limit: 'memory.limit_in_bytes', usage: 'memory.usage_in_bytes' }, 'cgroup v1')
   return v1 ?? { bytes: 0, source: 'none' }
 }
 

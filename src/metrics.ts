@@ -245,7 +245,7 @@ function overloadMetrics (registry: Registry) {
   let live = (): number => 0
   const overloadShed = new Counter({
     name: `${METRIC_PREFIX}overload_shed_total`,
-    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory over the high water; in_flight: MAX_IN_FLIGHT_REQUESTS reached; connections: a new connection beyond MAX_CONNECTIONS, answered before its request was read, then closed).',
+    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory and the bodies in flight over the high water, or the cgroup\'s usage over its water; in_flight: MAX_IN_FLIGHT_REQUESTS reached; connections: a new connection beyond MAX_CONNECTIONS, answered before its request was read, then closed).',
     labelNames: ['reason'] as const,
     registers: [registry]
   })
@@ -255,7 +255,7 @@ function overloadMetrics (registry: Registry) {
     overloadShed,
     overloadShedding: new Gauge({
       name: `${METRIC_PREFIX}overload_shedding`,
-      help: '1 while live memory is over the high water of the memory limit and new requests get 503 OVERLOADED (until it is below the low water), 0 otherwise.',
+      help: '1 while new requests get 503 OVERLOADED on memory (live memory and the bodies in flight over the high water of the limit, or the cgroup\'s usage over its water; until live memory is below the low water), 0 otherwise.',
       registers: [registry]
     }),
     memoryLiveBytes: new Gauge({

@@ -2,7 +2,7 @@
 // hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'
@@ -40,6 +40,8 @@ function modelHeap (now: () => number) {
 function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = LIMIT } = {}) {
   const { clock, tick } = fakeClock()
   const model = modelHeap(clock.now)
+  /** The cgroup's usage counter: undefined when unknown; reads counted. */
+  const cgroup: { usage: number | undefined, reads: number } = { usage: undefined, reads: 0 }
   const logs = captureLogs()
   const metrics = createMetrics({ defaultMetrics: false })
   const overload = createOverloadManager({
@@ -50,11 +52,12 @@ function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = L
     log: logs.log,
     metrics,
     readLiveBytes: model.read,
+    readUsageBytes: () => { cgroup.reads += 1; return cgroup.usage },
     collect: model.collect
   })
   overload.start()
   t.teardown(overload.stop)
-  return { overload, model, tick, logs, metrics, clock }
+  return { overload, model, cgroup, tick, logs, metrics, clock }
 }
 
 t.test('shouldShed: from the high water up, until below the low water; never without a limit', async (t) => {
@@ -64,6 +67,23 @@ t.test('shouldShed: from the high water up, until below the low water; never wit
   ]
   for (const [shedding, live, expected] of cases) t.equal(shouldShed(shedding, live * MiB, LIMIT), expected, `shedding=${shedding} live=${live} MiB`)
   t.equal(shouldShed(false, 1e12, 0), false)
+})
+
+t.test('shouldShed: from the usage water up too, but only with live memory over the low water', async (t) => {
+  // [shedding, live, usage, expected]
+  const cases: Array<[boolean, number, number | undefined, boolean]> = [
+    [false, 50, 69.9, false], [false, 50, 70, true], [false, 45, 99, true], [false, 44.9, 99, false],
+    [false, 59, undefined, false], [true, 44.9, 99, false], [true, 45, 0, true]
+  ]
+  for (const [shedding, live, usage, expected] of cases) {
+    t.equal(shouldShed(shedding, live * MiB, LIMIT, () => usage === undefined ? undefined : usage * MiB), expected, `shedding=${shedding} live=${live} usage=${usage} MiB`)
+  }
+  let reads = 0
+  const counted = (): number => { reads += 1; return 99 * MiB }
+  shouldShed(false, 30 * MiB, LIMIT, counted)
+  shouldShed(false, 70 * MiB, LIMIT, counted)
+  shouldShed(true, 50 * MiB, LIMIT, counted)
+  t.equal(reads, 0, 'usage not read below the low water, over the high water, nor while shedding')
 })
 
 t.test('live memory is heap used plus external, which already holds the ArrayBuffers', async (t) => {
@@ -91,7 +111,7 @@ t.test('over the high water new requests are shed; back below the low water they
   await tick(SAMPLE_MS)
   t.equal(overload.admit(), 'memory')
   t.equal(overload.status().state, 'shedding')
-  t.match(overload.readinessNote(), /live memory 80 MiB over 60 % of the 100 MiB limit/)
+  t.match(overload.readinessNote(), /live memory 80 MiB and 0 MiB for bodies in flight over 60 % of the 100 MiB limit/)
   model.heap.held = 50 * MiB
   await tick(SAMPLE_MS * 4)
   t.equal(overload.admit(), 'memory', 'between the waters it still sheds (hysteresis)')
@@ -135,6 +155,89 @@ t.test('no livelock after a burst: its garbage is collected and shedding stops b
   t.equal(model.heap.collections, 1)
 })
 
+t.test('the cgroup\'s usage: over its water with live memory over the low water it sheds; usage that stays high after a burst never keeps it shedding', async (t) => {
+  const { overload, model, cgroup, tick, logs } = manager(t)
+  // Memory live memory cannot see (native allocations, V8's committed pages) fills the group.
+  cgroup.usage = 75 * MiB
+  model.heap.held = 40 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined, 'live memory under the low water: usage alone does not shed')
+  overload.leave()
+  t.equal(cgroup.reads, 0, 'and is not even read')
+  model.heap.held = 50 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), 'memory', 'live memory between the waters, usage over its water: shed')
+  t.match(logs.entries()[0], { msg: 'overloaded: shedding new requests (503 OVERLOADED)', water: 'cgroup usage', usageBytes: 75 * MiB })
+  t.match(overload.status(), { state: 'shedding', memoryShedding: true, usageBytes: 75 * MiB, usageWaterBytes: 70 * MiB })
+  // The burst is over: live memory falls, the group's usage does not (freed memory kept).
+  cgroup.usage = 95 * MiB
+  model.heap.held = 30 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined, 'live memory below the low water: accepting again, whatever the usage')
+  overload.leave()
+  for (let i = 0; i < 40; i++) {
+    await tick(SAMPLE_MS)
+    t.equal(overload.admit(), undefined)
+    overload.leave()
+  }
+  t.match(overload.status(), { state: 'normal', memoryShedding: false })
+  t.equal(logs.entries().length, 2, 'one start, one stop')
+})
+
+t.test('the usage is read at most once a sample, and only when it can matter', async (t) => {
+  const { overload, model, cgroup, tick } = manager(t)
+  cgroup.usage = 10 * MiB
+  model.heap.held = 50 * MiB
+  await tick(SAMPLE_MS)
+  const after = cgroup.reads
+  t.equal(after, 1, 'live memory between the waters: read on the sample')
+  for (let i = 0; i < 100; i++) { overload.admit(); overload.leave() }
+  t.equal(cgroup.reads, after, 'not again before the next sample')
+  await tick(SAMPLE_MS)
+  t.equal(cgroup.reads, after + 1)
+  model.heap.held = 70 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(cgroup.reads, after + 1, 'over the high water: not needed')
+})
+
+t.test('bodies in flight: heads admitted at low memory count for the bodies they announce, until their answers close', async (t) => {
+  const { overload, model, cgroup, tick } = manager(t, { limitBytes: 10 * MiB })
+  model.heap.held = 2 * MiB
+  await tick(SAMPLE_MS)
+  const body = 60 * 1024
+  t.equal(BODY_COST, 2)
+  // 2 MiB live + BODY_COST × 60 KiB a head: the high water (6 MiB) is crossed at the 35th head.
+  for (let i = 0; i < 34; i++) t.equal(overload.admit(body), undefined)
+  t.equal(overload.status().inFlightBodyBytes, 34 * 120 * 1024)
+  t.equal(overload.admit(body), undefined, '5.98 MiB counted: admitted')
+  t.equal(overload.admit(body), 'memory', 'at once, within the same sample: 6.1 MiB counted')
+  t.match(overload.readinessNote(), /live memory 2 MiB and 4 MiB for bodies in flight over 60 %/)
+  for (let i = 0; i < 35; i++) overload.leave(body)
+  t.equal(overload.status().inFlightBodyBytes, 0)
+  t.equal(overload.admit(), undefined, 'their answers closed: accepting again, without a new sample')
+  overload.leave()
+  // With the cgroup's usage (5 MiB): counted on it too. Shed once live + bodies is over the low
+  // water (4.5 MiB) with usage + bodies over its water (7 MiB): after 22 heads, 2 + 2.58 MiB.
+  cgroup.usage = 5 * MiB
+  await tick(SAMPLE_MS)
+  for (let i = 0; i < 22; i++) t.equal(overload.admit(body), undefined)
+  t.equal(overload.admit(body), 'memory')
+  t.match(overload.status(), { memoryShedding: true, usageBytes: 5 * MiB })
+  for (let i = 0; i < 22; i++) overload.leave(body)
+  t.equal(overload.admit(), undefined, 'the bodies gone, live memory under the low water: accepting again, usage unchanged')
+  overload.leave()
+})
+
+t.test('a body is counted up to COUNTED_BODY_MAX_BYTES: a longer one is streamed, and a huge announced length sheds nobody else', async (t) => {
+  const { overload } = manager(t)
+  t.equal(overload.admit(2 ** 40), undefined)
+  t.equal(overload.status().inFlightBodyBytes, BODY_COST * COUNTED_BODY_MAX_BYTES)
+  t.equal(overload.admit(), undefined)
+  overload.leave()
+  overload.leave(2 ** 40)
+  t.equal(overload.status().inFlightBodyBytes, 0)
+})
+
 t.test('memory held by live objects keeps it shedding, collections at most once a second, until released', async (t) => {
   const { overload, model, tick } = manager(t)
   model.heap.held = 85 * MiB
@@ -173,7 +276,10 @@ t.test('the in-flight cap: the next request is shed, and passes once one answer 
     liveBytes: 10 * MiB,
     highWaterBytes: 60 * MiB,
     lowWaterBytes: 45 * MiB,
+    usageBytes: null,
+    usageWaterBytes: 70 * MiB,
     inFlight: 0,
+    inFlightBodyBytes: 0,
     maxInFlight: 3,
     connections: 0,
     maxConnections: 0

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
-import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, type ReadSystemFile } from '../../src/memory-limit.js'
+import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readUsageBytes, type ReadSystemFile } from '../../src/memory-limit.js'
 
 const MiB = 1024 * 1024
 const files = (contents: Record<string, string>): ReadSystemFile => (path) => contents[path]
@@ -43,7 +43,7 @@ t.test('candidates: the group, each ancestor, and the mount\'s root', async (t) 
 
 t.test('cgroup v2: memory.max of the own group', async (t) => {
   const read = files({ '/proc/self/cgroup': V2_PROC, '/sys/fs/cgroup/memory.max': '134217728\n' })
-  t.same(cgroupMemoryLimit(read), { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max' })
+  t.same(cgroupMemoryLimit(read), { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max', usageFile: '/sys/fs/cgroup/memory.current' })
 })
 
 t.test('cgroup v2: "max" everywhere is no limit', async (t) => {
@@ -58,7 +58,7 @@ t.test('a parent\'s smaller limit bounds the group (a pod\'s group around its co
     '/sys/fs/cgroup/kubepods/pod1/memory.max': '201326592\n',
     '/sys/fs/cgroup/kubepods/memory.max': '25769803776\n'
   })
-  t.same(cgroupMemoryLimit(read), { bytes: 192 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/kubepods/pod1/memory.max' })
+  t.same(cgroupMemoryLimit(read), { bytes: 192 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/kubepods/pod1/memory.max', usageFile: '/sys/fs/cgroup/kubepods/pod1/memory.current' })
 })
 
 t.test('cgroup v1: memory.limit_in_bytes of the memory group', async (t) => {
@@ -69,7 +69,7 @@ t.test('cgroup v1: memory.limit_in_bytes of the memory group', async (t) => {
     '/sys/fs/cgroup/memory/memory.limit_in_bytes': '9223372036854771712\n'
   })
   t.same(cgroupMemoryLimit(read),
-    { bytes: 128 * MiB, source: 'cgroup v1', file: '/sys/fs/cgroup/memory/user.slice/session-1.scope/memory.limit_in_bytes' },
+    { bytes: 128 * MiB, source: 'cgroup v1', file: '/sys/fs/cgroup/memory/user.slice/session-1.scope/memory.limit_in_bytes', usageFile: '/sys/fs/cgroup/memory/user.slice/session-1.scope/memory.usage_in_bytes' },
     'the v2 line of a hybrid layout has no memory.max: v1 answers')
 })
 
@@ -78,7 +78,7 @@ t.test('cgroup v1 without a cgroup namespace: the host\'s path is missing, the m
     '/proc/self/cgroup': '4:memory:/docker/0123abcd\n',
     '/sys/fs/cgroup/memory/memory.limit_in_bytes': '268435456\n'
   })
-  t.same(cgroupMemoryLimit(read), { bytes: 256 * MiB, source: 'cgroup v1', file: '/sys/fs/cgroup/memory/memory.limit_in_bytes' })
+  t.same(cgroupMemoryLimit(read), { bytes: 256 * MiB, source: 'cgroup v1', file: '/sys/fs/cgroup/memory/memory.limit_in_bytes', usageFile: '/sys/fs/cgroup/memory/memory.usage_in_bytes' })
 })
 
 t.test('no /proc/self/cgroup (not Linux), or an unlimited v1 group: no limit', async (t) => {
@@ -87,9 +87,16 @@ t.test('no /proc/self/cgroup (not Linux), or an unlimited v1 group: no limit', a
     { bytes: 0, source: 'none' })
 })
 
+t.test('the usage counter beside the limit: its bytes, or undefined when unreadable', async (t) => {
+  const read = files({ '/u': '100663296\n', '/bad': 'max\n' })
+  t.equal(readUsageBytes(read, '/u'), 96 * MiB)
+  t.equal(readUsageBytes(read, '/bad'), undefined)
+  t.equal(readUsageBytes(read, '/missing'), undefined)
+})
+
 t.test('MEMORY_LIMIT_BYTES overrides the cgroup, 0 included (the memory watch off)', async (t) => {
   const read = files({ '/proc/self/cgroup': V2_PROC, '/sys/fs/cgroup/memory.max': '134217728' })
-  t.same(memoryLimit(undefined, read), { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max' })
+  t.same(memoryLimit(undefined, read), { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max', usageFile: '/sys/fs/cgroup/memory.current' })
   t.same(memoryLimit(96 * MiB, read), { bytes: 96 * MiB, source: 'MEMORY_LIMIT_BYTES' })
   t.same(memoryLimit(0, read), { bytes: 0, source: 'MEMORY_LIMIT_BYTES' })
 })

@@ -42,7 +42,7 @@ t.test('over the high water: 503 OVERLOADED before anything is read or sent; bel
   t.equal(upstream.received.length, 1)
 
   memory.live = 100 * MiB
-  await eventually(t, '/readyz says it sheds', async () => /overloaded: live memory 100 MiB over 60 % of the 128 MiB limit/.test((await readyz(adminUrl)).reason))
+  await eventually(t, '/readyz says it sheds', async () => /overloaded: live memory 100 MiB and 0 MiB for bodies in flight over 60 % of the 128 MiB limit/.test((await readyz(adminUrl)).reason))
   t.equal((await readyz(adminUrl)).status, 200, 'still ready while shedding')
   for (const path of ['/v2/store/b', '/v2/store/c', '/v2/store/d', '/v2/store/e']) {
     const shed = await call(proxyUrl, path, JSON.stringify({ big: 'x'.repeat(60 * 1024) }))
