@@ -1,7 +1,8 @@
 // The overload manager: sheds new requests with 503 OVERLOADED before the process outgrows
 // its memory limit, or when too many requests are in flight, answers new connections the same
-// way beyond a bound on open ones, and stops by itself when the pressure is gone. Envoy's overload manager is the model: know the limit, act before it,
-// say so (logs, metrics, /readyz's reason, /status).
+// way beyond a bound on open ones, and stops by itself when the pressure is gone. Envoy's
+// overload manager is the model: know the limit, act before it, say so (logs, metrics,
+// /readyz's reason, /status).
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import type { Logger } from 'pino'
