@@ -5,6 +5,7 @@ import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Test } from 'tap'
+import { reapOnExit } from './process.js'
 
 /**
  * A real redis-server (Debian's `redis-server`; `.ci/run` installs it) on a free loopback
@@ -69,6 +70,9 @@ async function launch (port: number, dir: string, password: string | undefined):
     '-', '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
     '--dir', dir, '--dbfilename', DB_FILE, '--enable-debug-command', 'local'
   ], { stdio: ['pipe', 'pipe', 'pipe'] })
+  // Killed with this process however it ends (a file killed on timeout, or StrykerJS ending a
+  // test file at its first failure): a teardown alone would leave it running.
+  reapOnExit(child)
   child.stdin?.end(password === undefined ? '' : `requirepass "${password}"\n`)
   let output = ''
   return await new Promise<ChildProcess>((resolve, reject) => {
