@@ -15,7 +15,7 @@ import { mkdirSync, writeFileSync, existsSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { measured, waitQuiet } from './lib/noise.js'
-import { BENCH_DIR, die, log, parseOptions, REPO } from './lib/options.js'
+import { BENCH_DIR, BUNDLE, die, log, parseOptions, REPO } from './lib/options.js'
 import { CLK_TCK, rssAnonOf, rssOf } from './lib/proc.js'
 import { httpOk, killAll, killChildrenOnExit, launch, sleep, stop, tcpAccepts, waitFor, freePort, type Spawned } from './lib/processes.js'
 import { report, type Results } from './lib/report.js'
@@ -48,6 +48,11 @@ async function main (): Promise<void> {
     tasksetOk ? undefined : 'util-linux (taskset)'
   ].filter((x) => x !== undefined)
   if (missing.length > 0) die(`missing: ${missing.join(', ')}. Install with: apt-get install -y wrk nginx`)
+  // The bundle is built only when a target runs it (esbuild, a few seconds), as `npm run bundle` does.
+  if (o.sidecars.some((s) => s.dir === BUNDLE)) {
+    const built = spawnSync(process.execPath, [join(REPO, 'scripts', 'bundle.mjs')], { stdio: 'inherit' })
+    if (built.status !== 0) die('npm run bundle failed: the bundle targets cannot run')
+  }
   for (const s of [...o.sidecars, ...o.floors]) {
     if (!existsSync(entryPoint(s.dir))) die(`${s.name}: ${entryPoint(s.dir)} not found: run npm run build there`)
   }

@@ -344,9 +344,10 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
 
 /**
  * The first thing a new request meets: over a memory water (its announced body counted in
- * advance) or the in-flight cap it gets 503 OVERLOADED here, before its body is read, a token asked or a budget consulted, so nothing
- * goes upstream and nothing is spent. Node reads and discards the unread body after the answer,
- * keeping the connection: the caller gets a status line, never a dropped connection.
+ * advance) or the in-flight cap it gets 503 OVERLOADED here, before its body is read, a token
+ * asked or a budget consulted, so nothing goes upstream and nothing is spent. Node reads and
+ * discards the unread body after the answer, keeping the connection: the caller gets a status
+ * line, never a dropped connection.
  */
 function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean): void {
   server.addHook('onRequest', function shed (request, reply, done) {

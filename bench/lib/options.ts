@@ -7,6 +7,8 @@ import { shippedNodeFlags } from './shipped.js'
 export const BENCH_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 /** The repository (or the built copy) the harness belongs to. */
 export const REPO = resolve(BENCH_DIR, '..', '..')
+/** The one-file bundle `--bundle` measures (`npm run bundle`, scripts/bundle.mjs). */
+export const BUNDLE = join(REPO, 'dist', 'main.bundle.js')
 export const MIB = 1024 * 1024
 
 export interface Sidecar {
@@ -174,7 +176,7 @@ export function parseOptions (argv: string[]): Options {
   // Without @NODE, a sidecar runs as shipped: with the node flags of its `npm start`.
   for (const s of o.sidecars) s.node ??= [o.node, ...shippedNodeFlags(s.dir.endsWith('.js') ? REPO : s.dir)].join(' ')
   if (withBundle) {
-    const dir = join(REPO, 'dist', 'main.bundle.js')
+    const dir = BUNDLE
     const node = [o.node, ...shippedNodeFlags(REPO)]
     o.sidecars.push({ name: 'sidecar-bundle', dir, node: node.join(' ') },
       { name: 'sidecar-bundle-cache', dir, node: node.join(' '), compileCache: true },
