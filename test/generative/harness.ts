@@ -9,9 +9,10 @@ import { eventually } from '../helpers/eventually.js'
 import { asObject, createTally, delta, scrape, scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
 import { startRecordingTokenEndpoint } from '../helpers/recording-token-endpoint.js'
 import { startRecordingUpstream } from '../helpers/recording-upstream.js'
+import { commitSeed } from '../helpers/seed.js'
 
-/** CI runs one fixed seed; `FC_SEED=<n>` replays another (a failure prints its seed). */
-export const SEED = process.env.FC_SEED === undefined ? 20261123 : Number(process.env.FC_SEED)
+/** CI's seed comes from the commit, so each commit explores new cases; `FC_SEED=<n>` replays another (a failure prints its seed). */
+export const SEED = commitSeed(process.env.FC_SEED, 20261123)
 /** `FC_RUNS=<n>` runs every property n times (and lifts the time limits), for a long local hunt. */
 const RUNS = process.env.FC_RUNS === undefined ? undefined : Number(process.env.FC_RUNS)
 

@@ -7,22 +7,14 @@
 // schedules and a failure replays from the printed seed and path:
 //   QUOTA_MODEL_SEED=<seed> QUOTA_MODEL_GROUP=<g> QUOTA_MODEL_PATH=<path> npx tap test/quota/model/model.test.ts
 // A failure prints the shrunk schedule as TypeScript for counterexamples.test.ts.
-import { execFileSync } from 'node:child_process'
 import fc from 'fast-check'
 import t from 'tap'
+import { commitSeed } from '../../helpers/seed.js'
 import { runSchedule, type RunReport } from './run.js'
 import { FAULT_KINDS, MODEL_FLEET, scheduleArb, scheduleSource, type Command, type FaultKind } from './schedule.js'
 
 /** The commit's first 32 bits, or QUOTA_MODEL_SEED. */
-function seedOf (): number {
-  if (process.env.QUOTA_MODEL_SEED !== undefined) return Number(process.env.QUOTA_MODEL_SEED)
-  try {
-    return Number.parseInt(execFileSync('git', ['rev-parse', 'HEAD'], { encoding: 'utf8' }).slice(0, 8), 16) | 0
-  } catch {
-    return 20261124
-  }
-}
-const SEED = seedOf()
+const SEED = commitSeed(process.env.QUOTA_MODEL_SEED, 20261124)
 const ONLY_GROUP = process.env.QUOTA_MODEL_GROUP === undefined ? undefined : Number(process.env.QUOTA_MODEL_GROUP)
 
 /**
