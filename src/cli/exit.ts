@@ -15,16 +15,16 @@ export function configOrExit<T> (load: () => T): T {
   }
 }
 
-interface Listener { listen: (options: { host: string, port: number }) => Promise<unknown> }
+interface Listener { listen: (options: { host: string, port: number, backlog?: number }) => Promise<unknown> }
 
 /**
  * Listens, or exits 1 with one line naming the variables that chose the address
  * (EADDRINUSE, EACCES, an address not of this machine, a host that does not resolve):
  * an operator's error, not a crash, so no stack trace.
  */
-export async function listenOrExit (server: Listener, names: { host: string, port: string }, host: string, port: number): Promise<void> {
+export async function listenOrExit (server: Listener, names: { host: string, port: string }, host: string, port: number, backlog?: number): Promise<void> {
   try {
-    await server.listen({ host, port })
+    await server.listen({ host, port, ...(backlog === undefined ? {} : { backlog }) })
   } catch (err) {
     process.stderr.write(`store-auth-proxy: ${listenFailure(names, host, port, err)}\n`)
     process.exit(1)

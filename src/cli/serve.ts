@@ -32,12 +32,26 @@ export function describe (config: Config) {
   }
 }
 
+/** Node's own listen backlog, kept when connections are not bounded. */
+export const DEFAULT_BACKLOG = 511
+
+/**
+ * The proxy listener's accept queue holds as many connections as MAX_CONNECTIONS admits
+ * (the kernel caps it at net.core.somaxconn): a burst that arrives while the event loop is
+ * busy waits in the queue and is then answered, 503 OVERLOADED for the excess, instead of
+ * overflowing it, where a caller's connection waits on SYN retries with backoff (measured:
+ * 256 of 3000 callers without an answer after 30 s with Node's 511; bench/README.md).
+ */
+export function proxyBacklog (maxConnections: number): number {
+  return Math.max(DEFAULT_BACKLOG, maxConnections)
+}
+
 export async function serve (config: Config, log: Logger): Promise<App> {
   const { buildApp } = await import('../app.js')
   const app = await buildApp(config, { log, version: buildInfo().version })
   void app.start()
   await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort)
-  await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port)
+  await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port, proxyBacklog(config.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
 
   closeWithGrace({ delay: config.shutdownDelayMs + config.shutdownGraceMs, logger: log }, async ({ signal, err }) => {
