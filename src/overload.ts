@@ -61,6 +61,20 @@ export const OVERLOAD_RETRY_AFTER_S = 1
  */
 export const EXCESS_LINGER_MS = 2_000
 
+/** Node's own listen backlog, kept when connections are not bounded. */
+export const DEFAULT_BACKLOG = 511
+
+/**
+ * The proxy listener's accept queue holds as many connections as MAX_CONNECTIONS admits
+ * (the kernel caps it at net.core.somaxconn): a burst that arrives while the event loop is
+ * busy waits in the queue and is then answered, 503 OVERLOADED for the excess, instead of
+ * overflowing it, where a caller's connection waits on SYN retries with backoff (measured:
+ * 256 of 3000 callers without an answer after 30 s with Node's 511; bench/README.md).
+ */
+export function proxyBacklog (maxConnections: number): number {
+  return Math.max(DEFAULT_BACKLOG, maxConnections)
+}
+
 export type ShedReason = 'memory' | 'in_flight' | 'connections'
 
 /**

@@ -5,6 +5,7 @@ import type { Logger } from 'pino'
 import type { App } from '../app.js'
 import type { Config } from '../config/load.js'
 import type { Env } from '../config/parse-env.js'
+import { proxyBacklog } from '../overload.js'
 import { redisDisplayUrl } from '../quota/settings.js'
 import { buildInfo } from '../version.js'
 import { configOrExit, listenOrExit } from './exit.js'
@@ -30,20 +31,6 @@ export function describe (config: Config) {
     // scheme://host:port only: the URL may carry a password.
     rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl)
   }
-}
-
-/** Node's own listen backlog, kept when connections are not bounded. */
-export const DEFAULT_BACKLOG = 511
-
-/**
- * The proxy listener's accept queue holds as many connections as MAX_CONNECTIONS admits
- * (the kernel caps it at net.core.somaxconn): a burst that arrives while the event loop is
- * busy waits in the queue and is then answered, 503 OVERLOADED for the excess, instead of
- * overflowing it, where a caller's connection waits on SYN retries with backoff (measured:
- * 256 of 3000 callers without an answer after 30 s with Node's 511; bench/README.md).
- */
-export function proxyBacklog (maxConnections: number): number {
-  return Math.max(DEFAULT_BACKLOG, maxConnections)
 }
 
 export async function serve (config: Config, log: Logger): Promise<App> {
