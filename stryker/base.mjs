@@ -15,9 +15,14 @@
 // commit the area's incremental file. The html and json reports beside it are not
 // committed (.gitignore keeps the html out; the json is the run's full detail).
 //
-//   npm run mutation:token                 one area (token, quota, forwarding, config)
+//   npm run mutation:token                 one area (token, quota-rules, quota-fleet,
+//                                          forwarding, config, cache; mutation:quota: both quota areas)
 //   npm run mutation                       every area, one after another
 //   nice -n 15 npm run mutation:token -- --concurrency 2    on a machine of your own
+//
+// Each script runs stryker/run-area.sh, which trims the mutants' reasons in the incremental
+// report afterwards (stryker/trim-report.mjs): a killed mutant's reason is its first failing
+// assertion, whole, and one quota test's made a 47 MB report.
 //
 // A full token run took over an hour on two shared cores: each mutant starts node
 // with the TypeScript loader for every test file that covers it.
