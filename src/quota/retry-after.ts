@@ -10,6 +10,7 @@
  */
 export function retryAfterMs (value: string | string[] | undefined, wallNowMs: number, date?: string | string[]): number | undefined {
   const text = (Array.isArray(value) ? value[0] : value)?.trim()
+  // Stryker disable next-line ConditionalExpression,StringLiteral: an empty value is no number and no HTTP-date either
   if (text === undefined || text === '') return undefined
   if (/^\d+$/.test(text)) {
     const seconds = Number(text)
@@ -17,6 +18,7 @@ export function retryAfterMs (value: string | string[] | undefined, wallNowMs: n
   }
   const at = httpDate(text)
   if (at === undefined) return undefined
+  // Stryker disable next-line StringLiteral: no Date is as unusable as any other text that is no HTTP-date
   const sent = httpDate((Array.isArray(date) ? date[0] : date)?.trim() ?? '')
   const ms = at - (sent ?? wallNowMs)
   return ms > 0 ? ms : undefined
