@@ -45,6 +45,9 @@ export interface PropertyRuns {
   atLeast?: { labels: Labels, counts: Record<string, number> }
 }
 
+/** At most this many batches of runs (each with the next seed) to meet a property's label floors. */
+const MAX_BATCHES = 4
+
 /**
  * Runs one property and reports it as one tap assertion: on failure, fast-check's
  * own report (seed, path, the shrunk counterexample and the error) is the message.
@@ -54,59 +57,73 @@ export interface PropertyRuns {
  * four times it, and fewer runs than `minRuns` fail. A failure is found without
  * shrinking, then replayed from its path and shrunk within `timeLimitMs`, so the
  * counterexample is the smallest found in that time.
+ *
+ * The seed changes with every commit, so whether `numRuns` runs meet each labelled case
+ * often enough is luck: while a label is short, another batch of `numRuns` runs follows
+ * with the next seed (SEED + 1, ...), up to MAX_BATCHES; only then does a short label fail.
  */
 export async function checkProperty<Ts> (
   t: Test, name: string, property: fc.IAsyncPropertyWithHooks<Ts>, { numRuns, timeLimitMs, minRuns = numRuns, atLeast }: PropertyRuns
 ): Promise<boolean> {
   const runs = RUNS ?? numRuns
-  const started = performance.now()
-  let details = await fc.check(property, {
-    seed: SEED,
-    numRuns: runs,
-    endOnFailure: true,
-    ...(process.env.FC_PATH === undefined ? {} : { path: process.env.FC_PATH }),
-    plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(4 * timeLimitMs)] : []
-  })
-  if (details.failed && details.counterexamplePath !== null) {
-    // Shrunk from where it failed; a failure that does not happen again (a race) is
-    // still reported, as first found.
-    const shrunk = await fc.check(property, {
-      seed: details.seed,
-      path: details.counterexamplePath,
-      plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(timeLimitMs)] : []
-    })
-    if (shrunk.failed) details = shrunk
-  }
-  if (details.failed) {
-    const error = details.errorInstance
-    t.fail(`${name}: property failed (seed ${details.seed}, path "${details.counterexamplePath ?? ''}")`, {
-      seed: details.seed,
-      path: details.counterexamplePath,
-      counterexample: fc.stringify(details.counterexample),
-      error: error instanceof Error ? error.message : String(error),
-      shrunk: details.numShrinks,
-      interrupted: details.interrupted,
-      replay: `FC_SEED=${details.seed} FC_PATH='${details.counterexamplePath ?? ''}' npx tap ${t.fullname.split(' > ')[0] ?? ''}`
-    })
-    return false
-  }
-  const elapsed = Math.round(performance.now() - started)
   const floor = RUNS === undefined ? minRuns : RUNS
-  if (details.numRuns < floor) {
-    t.fail(`${name}: only ${details.numRuns} of ${runs} runs within ${elapsed} ms (at least ${floor} must run)`, { seed: SEED })
-    return false
-  }
-  if (atLeast !== undefined && runs >= numRuns) {
-    const short = Object.entries(atLeast.counts).filter(([label, n]) => (atLeast.labels.counts.get(label) ?? 0) < n)
-    if (short.length > 0) {
-      t.fail(`${name}: too few runs met the case the property is for`, {
-        seed: SEED, wanted: atLeast.counts, seen: Object.fromEntries(atLeast.labels.counts)
+  const started = performance.now()
+  const short = (): Array<[string, number]> => atLeast === undefined
+    ? []
+    : Object.entries(atLeast.counts).filter(([label, n]) => (atLeast.labels.counts.get(label) ?? 0) < n)
+  // An FC_RUNS hunt below the usual count runs once and checks no label floor.
+  const labelled = runs >= numRuns
+  let total = 0
+  let batches = 0
+  for (;;) {
+    const seed = (SEED + batches) | 0
+    batches += 1
+    let details = await fc.check(property, {
+      seed,
+      numRuns: runs,
+      endOnFailure: true,
+      ...(process.env.FC_PATH === undefined || batches > 1 ? {} : { path: process.env.FC_PATH }),
+      plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(4 * timeLimitMs)] : []
+    })
+    if (details.failed && details.counterexamplePath !== null) {
+      // Shrunk from where it failed; a failure that does not happen again (a race) is
+      // still reported, as first found.
+      const shrunk = await fc.check(property, {
+        seed: details.seed,
+        path: details.counterexamplePath,
+        plugins: RUNS === undefined ? [fc.interruptAfterTimeLimit(timeLimitMs)] : []
+      })
+      if (shrunk.failed) details = shrunk
+    }
+    if (details.failed) {
+      const error = details.errorInstance
+      t.fail(`${name}: property failed (seed ${details.seed}, path "${details.counterexamplePath ?? ''}")`, {
+        seed: details.seed,
+        path: details.counterexamplePath,
+        counterexample: fc.stringify(details.counterexample),
+        error: error instanceof Error ? error.message : String(error),
+        shrunk: details.numShrinks,
+        interrupted: details.interrupted,
+        replay: `FC_SEED=${details.seed} FC_PATH='${details.counterexamplePath ?? ''}' npx tap ${t.fullname.split(' > ')[0] ?? ''}`
       })
       return false
     }
+    total += details.numRuns
+    if (details.numRuns < floor) {
+      const elapsed = Math.round(performance.now() - started)
+      t.fail(`${name}: only ${details.numRuns} of ${runs} runs within ${elapsed} ms (at least ${floor} must run)`, { seed })
+      return false
+    }
+    if (!labelled || short().length === 0 || batches >= MAX_BATCHES) break
   }
-  const labelled = atLeast === undefined ? '' : `, ${[...atLeast.labels.counts].map(([label, n]) => `${label}: ${n}`).join(', ')}`
-  t.pass(`${name} (${details.numRuns} runs, seed ${SEED}${labelled})`)
+  if (labelled && short().length > 0) {
+    t.fail(`${name}: too few runs met the case the property is for`, {
+      seed: SEED, batches, runs: total, wanted: atLeast?.counts, seen: Object.fromEntries(atLeast?.labels.counts ?? [])
+    })
+    return false
+  }
+  const seen = atLeast === undefined ? '' : `, ${[...atLeast.labels.counts].map(([label, n]) => `${label}: ${n}`).join(', ')}`
+  t.pass(`${name} (${total} runs in ${batches} batch${batches === 1 ? '' : 'es'}, seed ${SEED}${seen})`)
   return true
 }
 
