@@ -61,6 +61,9 @@ export function area (name, { mutate, testFiles, breakAt }) {
     // takes seconds, and a run cut off by the timeout would count as a kill.
     timeoutMS: 30_000,
     timeoutFactor: 2.5,
+    // The initial run of an area's test files, one after another, takes about a minute at rest;
+    // beside three busy processes quota-rules' took over Stryker's default 5 minutes.
+    dryRunTimeoutMinutes: 15,
     tempDirName: `.stryker-tmp/${name}`,
     cleanTempDir: 'always'
   }
