@@ -4,10 +4,11 @@
 // counted (a 200, or the error it got), with the kernel's listen overflows (`nstat`,
 // machine-wide) around it.
 //
-//   node dist/bench/probe/backlog.js [--backlog 511] [--callers 1500] [--block-ms 3000]
+//   node bench/probe/backlog.ts [--backlog 511] [--callers 1500] [--block-ms 3000]
 //
-// 511 is Node's default backlog (the sidecar's listeners use it); the kernel caps it at
-// net.core.somaxconn.
+// (Node 24 strips the types; the built dist/bench/probe/backlog.js runs too.) 511 is Node's
+// default backlog, which the sidecar's admin listener keeps; its proxy listener's follows
+// MAX_CONNECTIONS (src/overload.ts, proxyBacklog). The kernel caps both at net.core.somaxconn.
 import { execFile, execFileSync } from 'node:child_process'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
