@@ -1,0 +1,38 @@
+// A value is read whole or refused: a duration is digits and a unit with nothing around them,
+// a Redis database is one number that is the whole path, and a wrong option is said once,
+// without inventing a second problem the operator did not make.
+import t from 'tap'
+import { loadConfig } from '../../src/config/load.js'
+import { parseRules } from '../../src/quota/rules.js'
+import { problemsOf as problems } from './problems.js'
+
+const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
+const ruleProblems = (text: string): string[] => parseRules(text, 'RATE_LIMITS').problems
+
+t.test('cache= and stale= take a duration and nothing else: no prefix, no suffix', async (t) => {
+  for (const value of ['x4h', '4hx', '-4h', '4h4h', '4 h']) {
+    t.not(ruleProblems(`GET /a 1/1h cache=${value}`), [], `cache=${value}`)
+    t.not(ruleProblems(`GET /a 1/1h cache=1h stale=${value}`), [], `stale=${value}`)
+  }
+  t.same(ruleProblems('GET /a 1/1h cache=x4h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h cache=x4h": cache="x4h" must be a duration from 1ms to 7d (e.g. 4h, 30m, 1d)'])
+  t.same(ruleProblems('GET /a 1/1h cache=4hx'), ['RATE_LIMITS: rule 1 "GET /a 1/1h cache=4hx": cache="4hx" must be a duration from 1ms to 7d (e.g. 4h, 30m, 1d)'])
+  t.same(ruleProblems('GET /a 1/1h cache=1h stale=x2h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h cache=1h stale=x2h": stale="x2h" must be a duration from 1ms to 7d (e.g. 4h, 30m, 1d)'])
+  t.same(parseRules('GET /a 1/1h cache=4h stale=30m', 'R').rules[0]?.cache, { freshMs: 4 * 3_600_000, staleMs: 30 * 60_000 })
+})
+
+t.test('a wrong cache= is one problem: it is not also called a stale= without cache=', async (t) => {
+  for (const value of ['0s', '8d', 'soon']) {
+    const rule = `GET /a 1/1h cache=${value}`
+    t.same(ruleProblems(rule), [`RATE_LIMITS: rule 1 "${rule}": cache="${value}" must be a duration from 1ms to 7d (e.g. 4h, 30m, 1d)`], rule)
+  }
+  t.same(ruleProblems('GET /a 1/1h cache=1h cache=2h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h cache=1h cache=2h": repeats cache='])
+  // Only when every option given was valid is a missing cache= the problem.
+  t.same(ruleProblems('GET /a 1/1h stale=1h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h stale=1h": stale= needs cache= (how long an answer is fresh)'])
+})
+
+t.test('a Redis database number is the whole path: nothing before it', async (t) => {
+  const redisProblems = (url: string): string[] => problems(() => loadConfig({ ...base, RATE_LIMIT_REDIS_URL: url }))
+  const wrong = 'RATE_LIMIT_REDIS_URL: may only have a database number as its path (/0)'
+  for (const url of ['redis://h:1/a/1', 'redis://h:1//1', 'redis://h:1/x1']) t.same(redisProblems(url), [wrong], url)
+  t.same(redisProblems('redis://h:1/3'), [])
+})
