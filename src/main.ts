@@ -6,7 +6,7 @@
 // commands that use them: a container runtime runs `healthcheck` every few seconds, and
 // loading the whole stack would cost each check some 0.4 s of CPU and 75 MiB.
 import { commandTable, parseInvocation, versionLine } from './cli/commands.js'
-import { loadLogger } from './cli/exit.js'
+import { listenHost, loadLogger } from './cli/exit.js'
 import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
@@ -29,7 +29,8 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
     }
     case 'healthcheck': {
       // For container HEALTHCHECKs: needs no shell and no curl, only node.
-      const host = env.ADMIN_HOST === undefined || env.ADMIN_HOST === '0.0.0.0' || env.ADMIN_HOST === '::' ? '127.0.0.1' : env.ADMIN_HOST
+      const admin = listenHost(env.ADMIN_HOST ?? '0.0.0.0')
+      const host = admin === '0.0.0.0' || admin === '::' ? '127.0.0.1' : admin
       const url = args[0] ?? `http://${host.includes(':') ? `[${host}]` : host}:${env.ADMIN_PORT ?? DEFAULT_ADMIN_PORT}/readyz`
       const result = await probe(url, HEALTHCHECK_TIMEOUT_MS)
       // One line either way: `docker inspect` and `docker exec ... healthcheck` show it.

@@ -15,6 +15,12 @@ export function configOrExit<T> (load: () => T): T {
   }
 }
 
+/**
+ * The address to hand to listen(): HOST and ADMIN_HOST may write an IPv6 literal the way a URL
+ * does (`[::1]`), which listen() would try to resolve as a name and fail (ENOTFOUND).
+ */
+export const listenHost = (host: string): string => host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
+
 interface Listener { listen: (options: { host: string, port: number, backlog?: number }) => Promise<unknown> }
 
 /**
@@ -24,7 +30,7 @@ interface Listener { listen: (options: { host: string, port: number, backlog?: n
  */
 export async function listenOrExit (server: Listener, names: { host: string, port: string }, host: string, port: number, backlog?: number): Promise<void> {
   try {
-    await server.listen({ host, port, ...(backlog === undefined ? {} : { backlog }) })
+    await server.listen({ host: listenHost(host), port, ...(backlog === undefined ? {} : { backlog }) })
   } catch (err) {
     process.stderr.write(`store-auth-proxy: ${listenFailure(names, host, port, err)}\n`)
     process.exit(1)

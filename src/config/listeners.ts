@@ -20,7 +20,8 @@ function normalHost (host: string): string {
 
 // A host name (RFC 1123 labels) or an IP literal; anything else cannot be listened on.
 const HOST_PATTERN = /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i
-const IP_PATTERN = /^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?\]?)$/i
+// An IPv6 literal may be written in brackets, as a URL writes it: both or neither.
+const IP_PATTERN = /^(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?|\[[0-9a-f:.]*:[0-9a-f:.]*(?:%[\w.-]+)?\])$/i
 // RFC 1123 §2.1: a host name's top-level label is never all digits. `10.0.0.1000` is a mistyped
 // address and `8080` a port in the wrong variable, not names to resolve (the resolver would take
 // `8080` for the address 0.0.31.144, and `127.1` for 127.0.0.1, which hostsOverlap cannot see).

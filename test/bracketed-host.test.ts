@@ -1,0 +1,43 @@
+// HOST and ADMIN_HOST may write an IPv6 literal as a URL writes it, `[::1]`: check-config
+// accepts that, so the sidecar must listen there too, and the container healthcheck must find
+// it. Brackets come in pairs or not at all.
+import t from 'tap'
+import { request } from 'undici'
+import { listenHost } from '../src/cli/exit.js'
+import { loadConfig } from '../src/config/load.js'
+import { CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
+import { runMain } from './helpers/process.js'
+import { problemsOf } from './config/problems.js'
+
+const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
+
+t.test('listen() gets the address inside the brackets; anything else as it is', async (t) => {
+  t.equal(listenHost('[::1]'), '::1')
+  t.equal(listenHost('[fe80::1%eth0]'), 'fe80::1%eth0')
+  for (const host of ['::1', '127.0.0.1', 'proxy.internal', '[::1', '::1]']) t.equal(listenHost(host), host, host)
+})
+
+t.test('an IPv6 literal with one bracket is neither a host name nor an IP address', async (t) => {
+  for (const host of ['[::1', '::1]', '[[::1]]', '[127.0.0.1]']) {
+    t.same(problemsOf(() => loadConfig({ ...base, HOST: host, ADMIN_HOST: host })),
+      ['HOST: is neither a host name nor an IP address', 'ADMIN_HOST: is neither a host name nor an IP address'], host)
+  }
+  t.equal(loadConfig({ ...base, HOST: '[fd00::42]' }).host, '[fd00::42]')
+})
+
+t.test('HOST=[::1] and ADMIN_HOST=[::1]: both listeners on ::1, the proxy forwards, the healthcheck finds /readyz', async (t) => {
+  const standIn = await startStandIn(t)
+  const env = { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_ID, CLIENT_SECRET }
+  const running = runMain(t, [], { ...env, HOST: '[::1]', PORT: '0', ADMIN_HOST: '[::1]', ADMIN_PORT: '0' })
+  const admin = await running.waitFor(/"listener":"admin","msg":"Server listening at http:\/\/\[::1\]:(\d+)"/)
+  const proxy = await running.waitFor(/"listener":"proxy","msg":"Server listening at http:\/\/\[::1\]:(\d+)"/)
+  await running.waitFor(/access token acquired/)
+
+  const res = await request(`http://[::1]:${proxy[1] ?? ''}/v2/store/products`)
+  t.equal(res.statusCode, 200, 'forwarded with the token')
+  await res.body.dump()
+
+  const check = runMain(t, ['healthcheck'], { ADMIN_HOST: '[::1]', ADMIN_PORT: admin[1] ?? '' })
+  t.equal(await check.exited, 0, check.stderr())
+  t.equal(check.stdout(), `healthy: http://[::1]:${admin[1] ?? ''}/readyz answered 200\n`)
+})
