@@ -1,6 +1,7 @@
 // A value is read whole or refused: a duration is digits and a unit with nothing around them,
-// a Redis database is one number that is the whole path, and a wrong option is said once,
-// without inventing a second problem the operator did not make.
+// a Redis database is one number that is the whole path, an IPv6 listener address has both
+// brackets or neither, and a wrong option is said once, without inventing a second problem
+// the operator did not make.
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { parseRules } from '../../src/quota/rules.js'
@@ -35,4 +36,12 @@ t.test('a Redis database number is the whole path: nothing before it', async (t)
   const wrong = 'RATE_LIMIT_REDIS_URL: may only have a database number as its path (/0)'
   for (const url of ['redis://h:1/a/1', 'redis://h:1//1', 'redis://h:1/x1']) t.same(redisProblems(url), [wrong], url)
   t.same(redisProblems('redis://h:1/3'), [])
+})
+
+t.test('an IPv6 literal with one bracket is neither a host name nor an IP address', async (t) => {
+  for (const host of ['[::1', '::1]', '[[::1]]', '[127.0.0.1]']) {
+    t.same(problems(() => loadConfig({ ...base, HOST: host, ADMIN_HOST: host })),
+      ['HOST: is neither a host name nor an IP address', 'ADMIN_HOST: is neither a host name nor an IP address'], host)
+  }
+  t.equal(loadConfig({ ...base, HOST: '[fd00::42]' }).host, '[fd00::42]')
 })
