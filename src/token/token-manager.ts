@@ -221,7 +221,7 @@ export function createTokenManager (options: TokenManagerOptions) {
 
   function failed (err: unknown, sentAt: number): void {
     // Stryker disable next-line ObjectLiteral: the cause is kept for a debugger; the log and /status show the outcome and message
-    const error = err instanceof TokenRequestError ? err : new TokenRequestError('network_error', 'token request failed unexpectedly', { cause: err })
+    const error = err instanceof TokenRequestError ? err : new TokenRequestError('network_error', `token request failed unexpectedly (${kindOf(err)})`, { cause: err })
     record(error.outcome, sentAt)
     failures += 1
     lastFailure = error
@@ -372,3 +372,15 @@ export function shownTimes (held: Token | undefined, refreshAt: number | undefin
     refreshesAt: refreshAt === undefined ? undefined : wallOf(refreshAt, held.wallRefreshAt)
   }
 }
+
+/**
+ * What an unexpected failure was, said without its message: a message may quote the token
+ * endpoint's answer (a JSON parser's does), so only the error's class and code are told.
+ */
+export function kindOf (err: unknown): string {
+  if (!(err instanceof Error)) return typeof err
+  const name = IDENTIFIER.test(err.name) ? err.name : 'Error'
+  const code: unknown = (err as NodeJS.ErrnoException).code
+  return typeof code === 'string' && IDENTIFIER.test(code) ? `${name} ${code}` : name
+}
+const IDENTIFIER = /^[A-Za-z_]\w{0,63}$/
