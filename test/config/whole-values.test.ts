@@ -43,5 +43,5 @@ t.test('an IPv6 literal with one bracket is neither a host name nor an IP addres
     t.same(problems(() => loadConfig({ ...base, HOST: host, ADMIN_HOST: host })),
       ['HOST: is neither a host name nor an IP address', 'ADMIN_HOST: is neither a host name nor an IP address'], host)
   }
-  t.equal(loadConfig({ ...base, HOST: '[fd00::42]' }).host, '[fd00::42]')
+  for (const host of ['[fd00::42]', '[fe80::1%eth0]', '[fe80::1%br-0.1]']) t.equal(loadConfig({ ...base, HOST: host }).host, host, host)
 })
