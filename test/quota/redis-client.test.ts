@@ -6,7 +6,7 @@
 // handshake is a child process whose listener's queue is full and never drained.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
+import { connect, createServer, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { openRedis } from '../../src/quota/redis-client.js'
 import { eventually } from '../helpers/eventually.js'
@@ -89,6 +89,21 @@ t.test('a first connection to a Redis that answers nothing gives up, after 1 s a
   t.ok(ms >= 990, `a command timeout under 1 s still gives the connection 1 s (${Math.round(ms)} ms)`)
 })
 
+t.test('a first connection to a Redis still loading its data set gives up, after 1 s at the earliest', async (t) => {
+  const port = await stillLoading(t)
+  const connection = open(t, { url: `redis://127.0.0.1:${port}`, timeoutMs: 100 })
+  const { up, ms } = await timedConnect(t, connection)
+  t.equal(up, false, 'not ready within the bound: false, although the client would go on waiting for the load')
+  t.ok(ms >= 990, `(${Math.round(ms)} ms)`)
+})
+
+t.test('a first connection refused (nothing listening) says false', async (t) => {
+  const redis = await startRedis(t)
+  await redis.stop()
+  const connection = open(t, { url: redis.url, timeoutMs: 100 })
+  t.equal((await timedConnect(t, connection)).up, false)
+})
+
 t.test('a first connection to a host that never completes the handshake gives up, after 1 s at the earliest', async (t) => {
   const port = await blackHole(t)
   const connection = open(t, { url: `redis://127.0.0.1:${port}`, timeoutMs: 100 })
@@ -130,4 +145,32 @@ async function blackHole (t: Test): Promise<number> {
     return !connected
   })
   return port
+}
+
+/**
+ * A server that answers like a Redis loading a large data set: every INFO says `loading:1`
+ * (a client then waits for the load to end: ioredis's ready check asks again, for as long
+ * as it takes), every other command +OK.
+ */
+async function stillLoading (t: Test): Promise<number> {
+  const info = '# Persistence\r\nloading:1\r\nloading_eta_seconds:60\r\n'
+  const sockets = new Set<Socket>()
+  const server = createServer((socket) => {
+    sockets.add(socket)
+    socket.setEncoding('utf8').on('data', (chunk: string) => {
+      // One reply per command: each starts with its array header (`*N`), the name follows as a bulk string.
+      for (const command of chunk.split(/^\*\d+\r\n/m).filter((c) => c !== '')) {
+        const name = command.split('\r\n')[1]?.toLowerCase()
+        socket.write(name === 'info' ? `$${Buffer.byteLength(info)}\r\n${info}\r\n` : '+OK\r\n')
+      }
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const s of sockets) s.destroy()
+    server.close()
+  })
+  const address = server.address()
+  return typeof address === 'object' && address !== null ? address.port : 0
 }
