@@ -114,36 +114,41 @@ t.test('a first connection to a host that never completes the handshake gives up
 
 /**
  * A port whose SYNs go unanswered, like a black-holed address: a child process listens with
- * the smallest backlog and then blocks its event loop, so nothing is accepted; two
- * connections fill the queue and the kernel drops any further handshake.
+ * the smallest backlog and then blocks its event loop, so nothing is accepted; once the
+ * kernel's queue for it is full, it drops any further handshake.
  */
 async function blackHole (t: Test): Promise<number> {
   const child = spawn(process.execPath, ['-e', `
     const server = require('node:net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, () => {
       process.stdout.write(server.address().port + '\\n')
-      process.stdin.once('data', () => { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0) })
+      process.stdin.once('data', () => {
+        process.stdout.write('blocked\\n')
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0)
+      })
     })`], { stdio: ['pipe', 'pipe', 'inherit'] })
   reapOnExit(child)
   t.teardown(() => { child.kill('SIGKILL') })
-  const [line] = await once(child.stdout.setEncoding('utf8'), 'data') as [string]
+  const lines = child.stdout.setEncoding('utf8')
+  const [line] = await once(lines, 'data') as [string]
   const port = Number(line.trim())
   child.stdin.write('block\n')
+  await once(lines, 'data')
   const fillers: Socket[] = []
   t.teardown(() => { for (const s of fillers) s.destroy() })
-  for (let i = 0; i < 3; i++) {
-    const socket = connect(port, '127.0.0.1')
-    socket.on('error', () => {})
-    fillers.push(socket)
-  }
-  // The listener is blocked once the queue stops taking handshakes: a probe then stays connecting.
+  // Connections fill the queue (nothing accepts them any more) until one is not answered: its
+  // SYN was dropped (a loopback handshake takes microseconds; the first retry is 1 s later).
   await eventually(t, 'the listener\'s queue full', async () => {
     const probe = connect(port, '127.0.0.1')
     probe.on('error', () => {})
-    const connected = await Promise.race([once(probe, 'connect').then(() => true), new Promise<boolean>((resolve) => { setTimeout(() => { resolve(false) }, 200) })])
-    if (connected) fillers.push(probe)
-    else probe.destroy()
-    return !connected
-  })
+    fillers.push(probe)
+    let timer: NodeJS.Timeout | undefined
+    const answered = await Promise.race([
+      once(probe, 'connect').then(() => true),
+      new Promise<boolean>((resolve) => { timer = setTimeout(() => { resolve(false) }, 2_000) })
+    ])
+    clearTimeout(timer)
+    return !answered
+  }, 30_000)
   return port
 }
 
