@@ -249,6 +249,7 @@ export function createFleetStore (options: FleetStoreOptions) {
           metrics.rateLimitRedisDataLost?.inc()
         }
         member.epoch = reply.epoch
+        // Stryker disable next-line ConditionalExpression,EqualityOperator: an epoch as old as the grace or older would only set a graceUntil already past
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         learn(reply)
         await shareCooldowns()
@@ -295,7 +296,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         // while it answers them in time (a busy node must not cost a window of refusals).
       } catch (err) {
         // Likewise a timeout; a refused password or a lost connection is a change of state.
-        if (redisAuthProblem(err) !== undefined || !/timed out/i.test(redis.describe(err))) fallBack(err)
+        if (!/timed out/i.test(redis.describe(err))) fallBack(err)
       }
     } else {
       await probe()
@@ -354,9 +355,12 @@ export function createFleetStore (options: FleetStoreOptions) {
     /** Connects for at most the timeout (at least 1 s); never fails. */
     async start (): Promise<void> {
       redis.onState((up, err) => {
-        if (up) void reassert()
-        // Stryker disable next-line ConditionalExpression: already deciding alone, fallBack would only restate the reason from this error (a down event ignored while shared is what test/quota/redis.test.ts catches)
-        else if (state === 'shared') fallBack(err)
+        if (up) {
+          void reassert()
+          return
+        }
+        // Stryker disable next-line ConditionalExpression: already deciding alone, fallBack would only restate the reason from this error (a down event ignored while shared is what fleet-conversation.test.ts catches)
+        if (state === 'shared') fallBack(err)
       })
       metrics.rateLimitFleetSize?.set(size)
       if (await redis.connect()) {

@@ -294,7 +294,10 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       await client.sapRefund(limits.length, ...limits.map((l) => logKey(scope, l)), sendId)
     },
     async coolDown (scope: string, request: CooldownRequest): Promise<number> {
-      return Number(await client.sapCoolDown(2, key(scope, 'cooldown'), key(scope, 'backoff'),
+      const cooldown = key(scope, 'cooldown')
+      // Stryker disable next-line StringLiteral: the backoff key is read by this script only; any name under the prefix and scope keeps it apart
+      const backoff = key(scope, 'backoff')
+      return Number(await client.sapCoolDown(2, cooldown, backoff,
         request.retryAfterMs === undefined ? -1 : Math.round(request.retryAfterMs), request.baseMs, request.maxMs))
     },
     /** Reports the connection coming up (ready) or going down. */

@@ -78,20 +78,25 @@ t.test('a fleet of one only when declared and never contradicted', async (t) => 
   t.match(await undeclared.take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'nothing declared: a size seen in Redis may lag a sidecar joining')
 })
 
-t.test('while its ledger is being told to Redis, a sidecar admits nothing alone and sends no other PING', async (t) => {
+t.test('while its ledger is being told to Redis, a sidecar admits nothing alone and sends Redis nothing else', async (t) => {
   const f = await scriptedFleet(t, 'GET /a 100/1s', { fleetFloor: 1, before: (s) => { s.fleetSize = 1; s.present = 1 } })
   await f.c.tick(2_000)
   f.double.script.down = CLOSED
+  f.double.emit(false, CLOSED)
   t.match(await f.take(), { kind: 'ok' }, 'a declared fleet of one, alone')
   const held = gate()
   f.double.script.hold.reassert = held.promise
   f.double.script.down = undefined
-  t.match(await f.take(), { kind: 'ok' }, 'decided alone; it asks Redis at once')
+  f.double.emit(true)
   await f.c.tick(0)
-  t.equal(f.double.count('reassert'), 2, 'the ledger is being told')
+  t.equal(f.double.count('reassert'), 2, 'the connection is back: the ledger is being told')
   const pings = f.double.count('ping')
   t.match(await f.take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'a send admitted now could miss the snapshot')
-  t.equal(f.double.count('ping'), pings, 'no PING meanwhile')
+  t.equal(f.double.count('ping'), pings, 'no PING for it')
+  f.double.script.down = CLOSED
+  await f.c.tick(5 * TIMING.heartbeatMs)
+  t.ok(f.double.count('ping') - pings <= 1, `nor a PING every heartbeat meanwhile (${f.double.count('ping') - pings})`)
+  f.double.script.down = undefined
   held.open()
   await f.c.tick(0)
   t.equal(f.store.status().state, 'shared')
@@ -110,6 +115,11 @@ t.test('a young epoch (Redis restarted empty, sidecars not yet told) holds every
   t.match(await young.take(), { kind: 'ok' })
   t.equal(young.store.status().state, 'shared')
   t.equal(young.double.count('take'), 2)
+
+  const dropped = await scriptedFleet(t, 'GET /a 4/1s', { timing: { freshGraceMs: 3_000 }, before: (s) => { s.reassert = () => ({ epochAgeMs: 0 }) } })
+  dropped.double.script.down = new Error('Connection is closed.')
+  dropped.double.emit(false, dropped.double.script.down)
+  t.equal(dropped.store.status().state, 'degraded', 'cut off within the grace: degraded, not settling')
 
   for (const epochAgeMs of [3_000, 60_000]) {
     const old = await scriptedFleet(t, 'GET /a 4/1s', { timing: { freshGraceMs: 3_000 }, before: (s) => { s.reassert = () => ({ epochAgeMs }) } })

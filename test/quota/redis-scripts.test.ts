@@ -189,6 +189,11 @@ t.test('deadlines are in Redis\'s time: a script that arrives after its deadline
   lag(10_000)
   t.match(await store.heartbeat(member, [SCOPE]), { code: 'late' })
   t.match(await store.heartbeat(member, [SCOPE]), { code: 'ok' })
+
+  const fresh = await backend(t, server)
+  await fresh.store.readClock()
+  fresh.lag(10_000)
+  t.match(await fresh.store.heartbeat(fresh.member, [SCOPE]), { code: 'late' }, 'a deadline from the clock read alone')
 })
 
 t.test('a PING is recovery only when Redis answers it in time: frozen or stopped is not', async (t) => {
