@@ -70,10 +70,10 @@ t.test('a spent budget is refused as a budget (callers may wait for the room); a
   const spent = await store.take(member, SCOPE, limits, 'b')
   t.equal(spent.code, 'budget')
   t.ok(spent.ms > HOUR_MS - 60_000 && spent.ms <= HOUR_MS, `${spent.ms}`)
-  t.equal(await store.coolDown(SCOPE, { retryAfterMs: 5_000, baseMs: 1_000, maxMs: 60_000 }), 5_000)
+  t.equal(await store.coolDown(SCOPE, { retryAfterMs: 30_000, baseMs: 1_000, maxMs: 60_000 }), 30_000)
   const cooling = await store.take(member, SCOPE, limits, 'c')
   t.equal(cooling.code, 'cooldown', 'the cool-down set by coolDown is the one a take meets')
-  t.ok(cooling.ms > 4_000 && cooling.ms <= 5_000, `${cooling.ms}`)
+  t.ok(cooling.ms > 20_000 && cooling.ms <= 30_000, `${cooling.ms}`)
   t.match(await store.take(member, 'GET /other', [limit(1, HOUR_MS)], 'd'), { code: 'ok' }, 'another scope is not cooling down')
 })
 
@@ -87,9 +87,9 @@ t.test('cool-downs: Retry-After (capped) lengthens, never shortens; without it t
   t.ok(again > 0 && again <= 200, `a second 429 during it changes nothing (${again} ms left)`)
   await eventually(t, 'the cool-down ends', async () => (await store.take(member, SCOPE, [], 'x')).code !== 'cooldown')
   t.equal(await store.coolDown(SCOPE, none), 400, 'the next, within twice the last length: doubled')
-  t.equal(await store.coolDown(SCOPE, { ...none, retryAfterMs: 3_000 }), 3_000, 'a longer Retry-After lengthens it')
+  t.equal(await store.coolDown(SCOPE, { ...none, retryAfterMs: 9_000 }), 9_000, 'a longer Retry-After lengthens it')
   const shorter = await store.coolDown(SCOPE, { ...none, retryAfterMs: 1_000 })
-  t.ok(shorter > 2_000 && shorter <= 3_000, `a shorter one does not shorten it (${shorter})`)
+  t.ok(shorter > 5_000 && shorter <= 9_000, `a shorter one does not shorten it (${shorter})`)
   t.equal(await store.coolDown('GET /b', { ...none, retryAfterMs: 99_000 }), 10_000, 'capped at the maximum')
 })
 
@@ -109,15 +109,15 @@ t.test('a refund takes the send out of every limit of its rule; nothing to refun
 t.test('the ledger told again: sends keep their age; the epoch is created once, with its birth time', async (t) => {
   const server = await startRedis(t)
   const { store, member } = await backend(t, server)
-  const window = limit(1, 2_000)
-  const first = await store.reassert(member, [{ scope: SCOPE, limit: window, sends: [{ id: 'old', ageMs: 1_500 }] }], 'epoch-one')
+  const window = limit(1, 20_000)
+  const first = await store.reassert(member, [{ scope: SCOPE, limit: window, sends: [{ id: 'old', ageMs: 15_000 }] }], 'epoch-one')
   t.match(first, { late: false, lost: false, fleetSize: 1, present: 1 })
   t.match(first.epoch, /^epoch-one:\d+$/)
   t.ok(first.epochAgeMs >= 0 && first.epochAgeMs < 1_000, `a new epoch is young (${first.epochAgeMs} ms)`)
   member.epoch = first.epoch
   const spent = await store.take(member, SCOPE, [window], 'new')
   t.equal(spent.code, 'budget', 'the send told again counts')
-  t.ok(spent.ms > 0 && spent.ms <= 600, `from when it was sent, 1.5 s ago: room in about 0.5 s (${spent.ms} ms)`)
+  t.ok(spent.ms > 0 && spent.ms <= 5_000, `from when it was sent, 15 s ago: room within 5 s (${spent.ms} ms)`)
 
   const other = await backend(t, server)
   const joined = await other.store.reassert(other.member, [], 'epoch-two')
@@ -150,12 +150,12 @@ t.test('the heartbeat: presence, the fleet size, and what is left of each scope\
   const server = await startRedis(t)
   const { store, member, join } = await backend(t, server)
   await join()
-  await store.coolDown('GET /b', { retryAfterMs: 5_000, baseMs: 1_000, maxMs: 60_000 })
+  await store.coolDown('GET /b', { retryAfterMs: 30_000, baseMs: 1_000, maxMs: 60_000 })
   const beat = await store.heartbeat({ ...member, fleetFloor: 3 }, [SCOPE, 'GET /b'])
   t.match(beat, { code: 'ok', fleetSize: 3, present: 1 })
   t.ok((beat.cooldowns.get(SCOPE) ?? 1) <= 0, 'no cool-down on the first scope')
   const b = beat.cooldowns.get('GET /b') ?? 0
-  t.ok(b > 4_000 && b <= 5_000, `the second scope's (${b} ms)`)
+  t.ok(b > 20_000 && b <= 30_000, `the second scope's (${b} ms)`)
 })
 
 t.test('every key is under the credential\'s prefix: two credentials share nothing, not even presence', async (t) => {
@@ -203,9 +203,11 @@ t.test('a PING is recovery only when Redis answers it in time: frozen or stopped
   server.freeze()
   t.equal(await store.ping(), false, 'no answer within the timeout')
   server.thaw()
+  let down = false
+  store.onState((up) => { down = !up })
   await server.stop()
-  await eventually(t, 'the connection is down', async () => !(await store.ping()))
-  t.equal(await store.ping(), false)
+  await eventually(t, 'the connection is down', () => down)
+  t.equal(await store.ping(), false, 'stopped: reconnecting')
 })
 
 t.test('the connection reports going down, with a reason, and coming back', async (t) => {
