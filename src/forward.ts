@@ -75,6 +75,7 @@ export interface UpstreamOptions {
   route?: Route
 }
 
+// Stryker disable next-line ConditionalExpression: equivalent: undici ends a message on a reset only when its body is close-delimited (a length-framed or chunked one fails; 204, 304 and HEAD end at their head)
 const statusOnly = (statusCode: number): boolean => statusCode === 204 || statusCode === 304
 
 /**
@@ -151,6 +152,7 @@ export function createUpstream (options: UpstreamOptions) {
     let queueTimer: NodeJS.Timeout | undefined
     let held: { statusCode: number, headers: HeldAnswer['headers'], chunks: Buffer[], bytes: number, limit: number } | undefined
     const outlives = hooks.outlivesCaller === true
+    // Stryker disable next-line BooleanLiteral: equivalent: set at the final answer's head, before onResponseEnd reads it
     let closeDelimited = false
 
     queued += 1
@@ -163,6 +165,7 @@ export function createUpstream (options: UpstreamOptions) {
       clearTimeout(queueTimer)
     }
     const expire = (): void => {
+      // Stryker disable next-line ConditionalExpression: equivalent: leaveQueue clears the queue's timer, so expire never runs once the request left it
       if (!waiting) return
       // Still connecting rather than waiting for a busy connection: the connect timeout bounds that.
       if (!saturated()) {
@@ -181,12 +184,15 @@ export function createUpstream (options: UpstreamOptions) {
       // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
       // Written, and wanted by others: read on, unless it is already streaming to this caller.
       if (!outlives || (controller !== undefined && held === undefined && res.headersSent)) {
+        // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (its caller has gone)
         controller?.abort(new Error('the caller closed the connection'))
       }
     }
     const done = (): void => {
       leaveQueue()
+      // Stryker disable next-line CallExpression: equivalent: the timer is cleared at the final answer's head; without one, its abort meets a request already over
       clearTimeout(finalTimer)
+      // Stryker disable next-line StringLiteral: equivalent: a callerGone left behind only gives back what was written (nothing) and aborts a request already over
       res.removeListener('close', callerGone)
     }
     res.once('close', callerGone)
@@ -215,6 +221,7 @@ export function createUpstream (options: UpstreamOptions) {
         // Dropped before a single byte is written, if its caller has gone or was answered 503.
         if (expired || (callerLeft && !(outlives && goneAlready))) {
           giveBack()
+          // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (nothing was sent)
           c.abort(new Error('the request left the queue unsent'))
           return
         }
@@ -232,13 +239,16 @@ export function createUpstream (options: UpstreamOptions) {
         // headersTimeout restarts on each; from the first on, this timer bounds the final answer.
         if (statusCode < 200) {
           finalTimer ??= setTimeout(() => {
+            // Stryker disable next-line StringLiteral: wording: the code decides the answer (504), the message is only logged
             c.abort(Object.assign(new Error('no final answer in time'), { code: 'UND_ERR_HEADERS_TIMEOUT' }))
           }, Math.max(0, timeoutMs - (performance.now() - startedAt)))
           return
         }
         clearTimeout(finalTimer)
         hooks.answer?.(statusCode, headers)
+        // Stryker disable next-line ConditionalExpression,LogicalOperator,StringLiteral: equivalent: undici ends a message on a reset only when its body is close-delimited (a length-framed or chunked one fails; 204, 304 and HEAD end at their head)
         closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
+          // Stryker disable next-line ConditionalExpression,StringLiteral: as above
           request.method !== 'HEAD' && !statusOnly(statusCode)
         const hold = hooks.holdBack(statusCode)
         if (hold !== false) {
@@ -246,6 +256,7 @@ export function createUpstream (options: UpstreamOptions) {
           return
         }
         if (callerLeft) {
+          // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (its caller has gone)
           c.abort(new Error('the caller closed the connection'))
           return
         }
@@ -259,6 +270,7 @@ export function createUpstream (options: UpstreamOptions) {
           // Too large to hold: send it as it comes after all (if anyone still waits for it).
           const { statusCode, headers, chunks } = held
           held = undefined
+          // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (its caller has gone)
           if (callerLeft) c.abort(new Error('the caller closed the connection'))
           else if (writeHead(c, statusCode, headers)) for (const part of chunks) write(c, part)
           return
@@ -271,6 +283,7 @@ export function createUpstream (options: UpstreamOptions) {
         if (closeDelimited && reset) {
           if (!res.headersSent) {
             // A held-back answer that was cut: nothing went out, the caller still gets a 502.
+            // Stryker disable next-line StringLiteral: wording: the code decides the answer (502), the message is only logged
             hooks.failed(Object.assign(new Error('the upstream reset the connection mid-answer'), { code: 'ECONNRESET' }))
             return
           }
@@ -297,6 +310,7 @@ export function createUpstream (options: UpstreamOptions) {
           // bytes): send it, so the caller sees the answer begun and then cut.
           res.flushHeaders()
           res.destroy(err)
+          // Stryker disable next-line ConditionalExpression: equivalent here: proxy.ts's failed returns at once for a caller whose connection is gone
         } else if (!res.destroyed) {
           hooks.failed(err)
         }
@@ -304,6 +318,7 @@ export function createUpstream (options: UpstreamOptions) {
     })
     // A request that found a free connection is on it by now (at once, or a microtask later
     // for a streamed body): only one still waiting needs the queue's timer.
+    // Stryker disable next-line ConditionalExpression,LogicalOperator: equivalent: expire returns at once for a request no longer waiting
     queueMicrotask(() => { if (waiting && !expired) queueTimer = setTimeout(expire, queueTimeoutMs) })
   }
 
