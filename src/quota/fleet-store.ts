@@ -164,7 +164,6 @@ export function createFleetStore (options: FleetStoreOptions) {
     let ms = 0
     for (const limit of limits) {
       // Share 0 (or no fleet size declared): nothing until Redis answers.
-      // Stryker disable next-line ConditionalExpression: without it the ledger refuses a share of 0 for ever, the refusal capped to a heartbeat alike (refusing every limit is what fleet-store.test.ts catches)
       if (shareOf(limit) === 0) return { kind: 'degraded', ms: timing.heartbeatMs }
       ms = Math.max(ms, presenceBound + limit.windowMs - now)
     }
@@ -249,7 +248,6 @@ export function createFleetStore (options: FleetStoreOptions) {
           metrics.rateLimitRedisDataLost?.inc()
         }
         member.epoch = reply.epoch
-        // Stryker disable next-line ConditionalExpression,EqualityOperator: an epoch as old as the grace or older would only set a graceUntil already past
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         learn(reply)
         await shareCooldowns()
@@ -359,7 +357,6 @@ export function createFleetStore (options: FleetStoreOptions) {
           void reassert()
           return
         }
-        // Stryker disable next-line ConditionalExpression: already deciding alone, fallBack would only restate the reason from this error (a down event ignored while shared is what fleet-conversation.test.ts catches)
         if (state === 'shared') fallBack(err)
       })
       metrics.rateLimitFleetSize?.set(size)

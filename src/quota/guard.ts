@@ -81,7 +81,6 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     if (ms <= 0) return
     const endsAt = clock.now() + ms
     const current = gaugeTimers.get(scope)
-    // Stryker disable next-line ConditionalExpression,EqualityOperator,ArithmeticOperator: re-arming the gauge for the end it shows (within the fleet's 1 ms rounding) sets the same value; the check only saves that work
     if (current !== undefined && current.endsAt >= endsAt - 1) return
     current?.cancel()
     metrics.rateLimitCooldownUntil.set({ rule: scope }, Math.round((clock.wallNow() + ms) / 1000))
@@ -124,7 +123,6 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   // The common path (no limits to take, e.g. cool-downs on and no rules) allocates nothing.
   function go (scope: string, limits: readonly Limit[], id: string, delayed: boolean): Verdict {
     if (id !== '') return { ok: true, delayed, ticket: { scope, limits, id } }
-    // Stryker disable next-line ConditionalExpression: a new { ok: true, delayed: false, ticket: undefined } equals FREE, which only saves the allocation (its `false` twin is stated by the test of a delayed admission without limits)
     return delayed ? { ok: true, delayed, ticket: undefined } : FREE
   }
 

@@ -216,7 +216,6 @@ export function redisAuthProblem (err: unknown): string | undefined {
 }
 
 export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }: RedisStoreOptions) {
-  // Stryker disable next-line ConditionalExpression: openRedis reads an absent currentUrl and an undefined one alike
   const connection = openRedis({ url, timeoutMs, ...(currentUrl === undefined ? {} : { currentUrl }) })
   const { displayUrl } = connection
   const client = connection.client as ScriptClient
@@ -289,7 +288,6 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]), cooldowns }
     },
     async refund (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
-      // Stryker disable next-line ConditionalExpression: without it a refund of no keys runs a script that does nothing (it saves the round trip); never refunding is what test/quota/redis-scripts' refund test catches
       if (limits.length === 0) return
       await client.sapRefund(limits.length, ...limits.map((l) => logKey(scope, l)), sendId)
     },
@@ -306,7 +304,6 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     connect: connection.connect,
     /** Whether Redis answers within the timeout now (PING: no side effect). */
     async ping (): Promise<boolean> {
-      // Stryker disable next-line ConditionalExpression: with the offline queue off ioredis refuses a PING at once unless ready (this only says so first); a PING while down counted as answered is what redis-scripts' PING test catches
       if (client.status !== 'ready') return false
       try {
         await client.ping()
