@@ -124,7 +124,6 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
 
 function joined (headers: Headers): Record<string, string> {
   const out: Record<string, string> = {}
-  // Stryker disable next-line ConditionalExpression: an absent field and an empty one read alike in http-cache-semantics
   for (const [name, value] of Object.entries(headers)) if (value !== undefined) out[name] = headerValue(value)
   return out
 }

@@ -153,7 +153,6 @@ export function parseRules (text: string, source: string, { fromFile = false } =
       continue
     }
     seen.add(id)
-    // Stryker disable next-line ConditionalExpression,EqualityOperator: a `cache: undefined` key means no cache as its absence does
     const cached = Array.isArray(cache) || cache === undefined ? {} : { cache }
     rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits), ...cached }))
   }
@@ -175,7 +174,6 @@ const UNRESERVED = /^[A-Za-z0-9\-._~]$/
 export function matchSegments (target: string): string[] {
   const queryAt = target.indexOf('?')
   let path = queryAt === -1 ? target : target.slice(0, queryAt)
-  // Stryker disable next-line ConditionalExpression,StringLiteral: only saves the replace on paths without an escape
   if (path.includes('%')) {
     path = path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
       const c = String.fromCharCode(parseInt(hex, 16))
@@ -226,7 +224,6 @@ function segmentsMatch (pattern: readonly string[], segments: readonly string[])
 
 /** The first rule (in the order given) that matches the request, or undefined. */
 export function matchRule (rules: readonly Rule[], method: string, target: string): Rule | undefined {
-  // Stryker disable next-line ConditionalExpression: only saves splitting the path when there are no rules
   if (rules.length === 0) return undefined
   const segments = matchSegments(target)
   for (const rule of rules) {
