@@ -75,7 +75,6 @@ export interface UpstreamOptions {
   route?: Route
 }
 
-// Stryker disable next-line ConditionalExpression: equivalent: undici ends a message on a reset only when its body is close-delimited (a length-framed or chunked one fails; 204, 304 and HEAD end at their head)
 const statusOnly = (statusCode: number): boolean => statusCode === 204 || statusCode === 304
 
 /**
@@ -165,7 +164,6 @@ export function createUpstream (options: UpstreamOptions) {
       clearTimeout(queueTimer)
     }
     const expire = (): void => {
-      // Stryker disable next-line ConditionalExpression: equivalent: leaveQueue clears the queue's timer, so expire never runs once the request left it
       if (!waiting) return
       // Still connecting rather than waiting for a busy connection: the connect timeout bounds that.
       if (!saturated()) {
@@ -246,9 +244,8 @@ export function createUpstream (options: UpstreamOptions) {
         }
         clearTimeout(finalTimer)
         hooks.answer?.(statusCode, headers)
-        // Stryker disable next-line ConditionalExpression,LogicalOperator,StringLiteral: equivalent: undici ends a message on a reset only when its body is close-delimited (a length-framed or chunked one fails; 204, 304 and HEAD end at their head)
         closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
-          // Stryker disable next-line ConditionalExpression,StringLiteral: as above
+          // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: a HEAD answer and a 204 or 304 end at their head, so undici never ends them on a reset
           request.method !== 'HEAD' && !statusOnly(statusCode)
         const hold = hooks.holdBack(statusCode)
         if (hold !== false) {
@@ -318,7 +315,6 @@ export function createUpstream (options: UpstreamOptions) {
     })
     // A request that found a free connection is on it by now (at once, or a microtask later
     // for a streamed body): only one still waiting needs the queue's timer.
-    // Stryker disable next-line ConditionalExpression,LogicalOperator: equivalent: expire returns at once for a request no longer waiting
     queueMicrotask(() => { if (waiting && !expired) queueTimer = setTimeout(expire, queueTimeoutMs) })
   }
 

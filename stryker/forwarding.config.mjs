@@ -33,10 +33,10 @@ export default area('forwarding', {
     'test/faults/revocation.test.ts',
     'test/overload/sidecar.test.ts'
   ],
-  // 55.93 % in the first full run (2026-11-24); 78.21 % (517 killed, 94 survived, 50 no
-  // coverage; forward.ts 79.70, http-rules.ts 100, proxy.ts 68.60) once the files that own
-  // the quota, cache and replay paths and the seven files above were added and the
-  // equivalent mutants marked in src (an incremental run of 56 min on two shared cores).
-  // Held just under that.
-  breakAt: 78
+  // 55.93 % in the first full run (2026-11-24); 78.21 % once the files that own the quota,
+  // cache and replay paths and the seven files above were added and the equivalent mutants
+  // marked; 76.01 % (529 killed, 117 survived, 50 no coverage; forward.ts 74.32, http-rules.ts
+  // 96.50, proxy.ts 68.28) after eight disable comments that also hid killed twins were lifted
+  // (their equivalent twins now count as survivors). Held just under that.
+  breakAt: 75
 })
