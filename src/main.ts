@@ -6,7 +6,8 @@
 // commands that use them: a container runtime runs `healthcheck` every few seconds, and
 // loading the whole stack would cost each check some 0.4 s of CPU and 75 MiB.
 import { commandTable, parseInvocation, versionLine } from './cli/commands.js'
-import { listenHost, loadLogger } from './cli/exit.js'
+import { loadLogger } from './cli/exit.js'
+import { listenHost } from './cli/listen-failure.js'
 import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'

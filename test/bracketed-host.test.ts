@@ -3,7 +3,7 @@
 // it (test/config/whole-values.test.ts: brackets come in pairs or not at all).
 import t from 'tap'
 import { request } from 'undici'
-import { listenHost } from '../src/cli/exit.js'
+import { listenHost } from '../src/cli/listen-failure.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from './helpers/build.js'
 import { runMain } from './helpers/process.js'
 

@@ -2,7 +2,7 @@
 import type { Logger } from 'pino'
 import { ConfigError } from '../config/parse-env.js'
 import type { LogLevel } from '../config/schema.js'
-import { listenFailure } from './listen-failure.js'
+import { listenFailure, listenHost } from './listen-failure.js'
 
 export function configOrExit<T> (load: () => T): T {
   try {
@@ -14,12 +14,6 @@ export function configOrExit<T> (load: () => T): T {
     process.exit(1)
   }
 }
-
-/**
- * The address to hand to listen(): HOST and ADMIN_HOST may write an IPv6 literal the way a URL
- * does (`[::1]`), which listen() would try to resolve as a name and fail (ENOTFOUND).
- */
-export const listenHost = (host: string): string => host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
 
 interface Listener { listen: (options: { host: string, port: number, backlog?: number }) => Promise<unknown> }
 
