@@ -7,8 +7,8 @@
 // loading the whole stack would cost each check some 0.4 s of CPU and 75 MiB.
 import { commandTable, parseInvocation, versionLine } from './cli/commands.js'
 import { loadLogger } from './cli/exit.js'
-import { listenHost } from './cli/listen-failure.js'
 import { describe, loadSidecarConfig, serve } from './cli/serve.js'
+import { listenHost } from './config/listeners.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
 import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'

@@ -2,7 +2,8 @@
 import type { Logger } from 'pino'
 import { ConfigError } from '../config/parse-env.js'
 import type { LogLevel } from '../config/schema.js'
-import { listenFailure, listenHost } from './listen-failure.js'
+import { listenHost } from '../config/listeners.js'
+import { listenFailure } from './listen-failure.js'
 
 export function configOrExit<T> (load: () => T): T {
   try {

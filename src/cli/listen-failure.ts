@@ -1,9 +1,3 @@
-/**
- * The address to hand to listen(): HOST and ADMIN_HOST may write an IPv6 literal the way a URL
- * does (`[::1]`), which listen() would try to resolve as a name and fail (ENOTFOUND).
- */
-export const listenHost = (host: string): string => host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
-
 const LISTEN_ERRORS: Record<string, string> = {
   EADDRINUSE: 'the address is already in use (another process, or the other listener, holds it)',
   EACCES: 'permission denied (ports below 1024 need privileges)',

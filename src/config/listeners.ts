@@ -12,9 +12,14 @@ export function hostsOverlap (a: string, b: string): boolean {
   return (x === 'localhost' && LOOPBACK.has(y)) || (y === 'localhost' && LOOPBACK.has(x))
 }
 const LOOPBACK = new Set(['127.0.0.1', '::1'])
+
+/**
+ * The address to hand to listen(): HOST and ADMIN_HOST may write an IPv6 literal the way a URL
+ * does (`[::1]`), which listen() would try to resolve as a name and fail (ENOTFOUND).
+ */
+export const listenHost = (host: string): string => host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
 function normalHost (host: string): string {
-  // Stryker disable next-line Regex: brackets anywhere but around the whole host are refused by listenerProblems' patterns, and no such host ever loads
-  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1')
+  const h = listenHost(host.toLowerCase())
   return h === '::0' || h === '0:0:0:0:0:0:0:0' ? '::' : h
 }
 

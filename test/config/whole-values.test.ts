@@ -3,6 +3,7 @@
 // brackets or neither, and a wrong option is said once, without inventing a second problem
 // the operator did not make.
 import t from 'tap'
+import { listenHost } from '../../src/config/listeners.js'
 import { loadConfig } from '../../src/config/load.js'
 import { parseRules } from '../../src/quota/rules.js'
 import { problemsOf as problems } from './problems.js'
@@ -44,4 +45,10 @@ t.test('an IPv6 literal with one bracket is neither a host name nor an IP addres
       ['HOST: is neither a host name nor an IP address', 'ADMIN_HOST: is neither a host name nor an IP address'], host)
   }
   for (const host of ['[fd00::42]', '[fe80::1%eth0]', '[fe80::1%br-0.1]']) t.equal(loadConfig({ ...base, HOST: host }).host, host, host)
+})
+
+t.test('listen() gets the address inside the brackets; anything else as it is', async (t) => {
+  t.equal(listenHost('[::1]'), '::1')
+  t.equal(listenHost('[fe80::1%eth0]'), 'fe80::1%eth0')
+  for (const host of ['::1', '127.0.0.1', 'proxy.internal', '[::1', '::1]']) t.equal(listenHost(host), host, host)
 })
