@@ -53,8 +53,12 @@ export interface AppDependencies {
   readSystemFile?: ReadSystemFile
   /** Live memory for the overload manager (overload.ts liveBytes by default). */
   readLiveBytes?: () => number
+  /** Private memory for the overload manager, undefined when unknown (memory-limit.ts readPrivateBytes by default). */
+  readPrivateBytes?: () => number | undefined
   /** A full garbage collection for the overload manager (overload.ts fullCollection by default). */
   collectGarbage?: () => void
+  /** A young-generation collection, paced by the bodies of shed requests (overload.ts youngCollection by default). */
+  collectYoungGarbage?: () => void
 }
 
 export interface App {
@@ -176,7 +180,7 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
 
 /** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
 function createOverload (config: Config, deps: AppDependencies, metrics: Metrics): OverloadManager {
-  const { log, clock = systemClock, readSystemFile, readLiveBytes, collectGarbage } = deps
+  const { log, clock = systemClock, readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps
   const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
   log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
@@ -188,7 +192,9 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
     log: log.child({ component: 'overload' }),
     metrics,
     ...(readLiveBytes === undefined ? {} : { readLiveBytes }),
-    ...(collectGarbage === undefined ? {} : { collect: collectGarbage })
+    ...(readPrivateBytes === undefined ? {} : { readPrivateBytes }),
+    ...(collectGarbage === undefined ? {} : { collect: collectGarbage }),
+    ...(collectYoungGarbage === undefined ? {} : { collectYoung: collectYoungGarbage })
   })
 }
 
@@ -345,9 +351,11 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
 /**
  * The first thing a new request meets: over a memory water (its announced body counted in
  * advance) or the in-flight cap it gets 503 OVERLOADED here, before its body is read, a token
- * asked or a budget consulted, so nothing goes upstream and nothing is spent. Node reads and
- * discards the unread body after the answer, keeping the connection: the caller gets a status
- * line, never a dropped connection.
+ * asked or a budget consulted, so nothing goes upstream and nothing is spent. The caller gets a
+ * status line, never a dropped connection. Its body is read and discarded, keeping the
+ * connection, and the manager is told how much (OverloadManager.discarded): discarded reads
+ * are garbage that only a collection frees, and a burst of long bodies shed at once is read at
+ * the callers' full speed.
  */
 function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean): void {
   server.addHook('onRequest', function shed (request, reply, done) {
@@ -359,6 +367,8 @@ function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager,
       done()
       return
     }
+    // Flowing from here: Node then does not read it again to discard it after the answer.
+    request.raw.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
     // Counted and logged like every answer (the proxy scope's own hook does not run for it).
     observeExchange(request, reply.raw, metrics, accessLog)
     sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })

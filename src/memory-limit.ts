@@ -90,6 +90,18 @@ export function readUsageBytes (read: ReadSystemFile, file: string): number | un
   return value !== undefined && /^\d+$/.test(value) ? Number(value) : undefined
 }
 
+/**
+ * The process's private memory: its resident anonymous pages (RssAnon in /proc/self/status), in
+ * bytes; undefined where the file or the field is missing (not Linux). What the kernel cannot
+ * reclaim without swap, so what a memory limit's OOM kill is made of: V8's heap as committed,
+ * malloc's heaps with their holes, thread stacks. Not the page cache (file pages, such as node's
+ * own code, that the group may be charged for but the kernel reclaims before it kills).
+ */
+export function readPrivateBytes (read: ReadSystemFile = readSystemFile): number | undefined {
+  const kib = /^RssAnon:\s+(\d+) kB$/m.exec(read('/proc/self/status') ?? '')?.[1]
+  return kib === undefined ? undefined : Number(kib) * 1024
+}
+
 /** The limit of the process's own cgroup (v2 first, then v1), or none. */
 export function cgroupMemoryLimit (read: ReadSystemFile = readSystemFile, root = CGROUP_ROOT): MemoryLimit {
   const groups = parseProcCgroup(read('/proc/self/cgroup') ?? '')

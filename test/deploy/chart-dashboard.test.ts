@@ -51,6 +51,7 @@ const EXPORTED: Record<string, string[]> = {
   store_auth_proxy_overload_shed_total: ['reason'],
   store_auth_proxy_overload_shedding: [],
   store_auth_proxy_memory_live_bytes: [],
+  store_auth_proxy_memory_private_bytes: [],
   store_auth_proxy_memory_limit_bytes: [],
   process_resident_memory_bytes: [],
   process_cpu_seconds_total: [],

@@ -2,7 +2,7 @@
 // hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, fullCollection, liveBytes, SAMPLE_MS, shouldShed } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, DISCARD_COLLECT_BYTES, fullCollection, liveBytes, PRIVATE_CLEAR, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, youngCollection } from '../../src/overload.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'
@@ -42,6 +42,8 @@ function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = L
   const model = modelHeap(clock.now)
   /** The cgroup's usage counter: undefined when unknown; reads counted. */
   const cgroup: { usage: number | undefined, reads: number } = { usage: undefined, reads: 0 }
+  /** The process's private memory (RssAnon): undefined when unknown. */
+  const rss: { private: number | undefined } = { private: undefined }
   const logs = captureLogs()
   const metrics = createMetrics({ defaultMetrics: false })
   const overload = createOverloadManager({
@@ -53,11 +55,12 @@ function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = L
     metrics,
     readLiveBytes: model.read,
     readUsageBytes: () => { cgroup.reads += 1; return cgroup.usage },
+    readPrivateBytes: () => rss.private,
     collect: model.collect
   })
   overload.start()
   t.teardown(overload.stop)
-  return { overload, model, cgroup, tick, logs, metrics, clock }
+  return { overload, model, cgroup, rss, tick, logs, metrics, clock }
 }
 
 t.test('shouldShed: from the high water up, until below the low water; never without a limit', async (t) => {
@@ -228,6 +231,127 @@ t.test('bodies in flight: heads admitted at low memory count for the bodies they
   overload.leave()
 })
 
+t.test('private memory: a request is admitted only while private memory, the costs in flight and its own fit under the water', async (t) => {
+  const { overload, rss, tick, logs, metrics } = manager(t)
+  t.equal(PRIVATE_WATER, 0.8)
+  t.equal(REQUEST_COST, 32 * 1024)
+  // 79 MiB private: the water (80 MiB) leaves 1 MiB, room for 32 requests of 32 KiB.
+  rss.private = 79 * MiB
+  await tick(SAMPLE_MS)
+  for (let i = 0; i < 32; i++) t.equal(overload.admit(), undefined, `request ${i + 1} fits`)
+  t.equal(overload.status().inFlightCostBytes, 32 * REQUEST_COST)
+  t.equal(overload.admit(), 'memory', 'the 33rd does not')
+  t.match(overload.status(), { state: 'shedding', memoryShedding: false, privateShedding: true, privateBytes: 79 * MiB, privateWaterBytes: 80 * MiB })
+  t.match(overload.readinessNote(), /private memory 79 MiB and 1 MiB expected of the requests in flight near 80 % of the 100 MiB limit/)
+  t.match(logs.entries(), [{ msg: 'overloaded: private memory near the limit, shedding new requests that do not fit (503 OVERLOADED)', privateBytes: 79 * MiB, inFlightCostBytes: MiB, privateWaterBytes: 80 * MiB }])
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shedding'), 1)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_memory_private_bytes'), 79 * MiB)
+  overload.leave()
+  t.equal(overload.admit(), undefined, 'one answer closed: the next fits, without a new sample')
+  // A body counts as well: 32 KiB + BODY_COST × 60 KiB does not fit in the 32 KiB one answer leaves.
+  overload.leave()
+  t.equal(overload.admit(60 * 1024), 'memory')
+  for (let i = 0; i < 5; i++) overload.leave()
+  t.equal(overload.admit(60 * 1024), undefined, '152 KiB fits in the 160 KiB five answers leave')
+  t.equal(overload.status().inFlightCostBytes, 27 * REQUEST_COST + BODY_COST * 60 * 1024)
+  t.equal(logs.entries().length, 1, 'logged once while it lasts')
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 2)
+})
+
+t.test('private memory: the pressure ends when a sample finds the sum 5 % of the limit under the water', async (t) => {
+  const { overload, rss, tick, logs, metrics } = manager(t)
+  t.equal(PRIVATE_CLEAR, 0.05)
+  rss.private = 80 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), undefined, 'none in flight: admitted whatever the sum')
+  t.equal(overload.admit(), 'memory')
+  rss.private = 75 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.status().privateShedding, true, '75 MiB and 32 KiB in flight: not yet 5 % under the water')
+  rss.private = 75 * MiB - REQUEST_COST
+  await tick(SAMPLE_MS)
+  t.match(overload.status(), { state: 'normal', privateShedding: false })
+  t.equal(overload.readinessNote(), undefined)
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shedding'), 0)
+  t.same(logs.entries().map((e) => e.msg), [
+    'overloaded: private memory near the limit, shedding new requests that do not fit (503 OVERLOADED)',
+    'private memory no longer near the limit: accepting new requests'
+  ])
+  overload.leave()
+})
+
+t.test('private memory that stays over the water after a burst never stops the sidecar: one request at a time is served', async (t) => {
+  const { overload, model, rss, tick } = manager(t)
+  rss.private = 120 * MiB
+  for (let round = 0; round < 20; round++) {
+    await tick(SAMPLE_MS)
+    t.equal(overload.admit(), undefined, 'none in flight: admitted')
+    t.equal(overload.admit(), 'memory', 'a second at once: shed')
+    overload.leave()
+  }
+  t.equal(model.heap.collections, Math.floor((20 * SAMPLE_MS) / COLLECT_GAP_MS), 'a full collection at most once per COLLECT_GAP_MS while it sheds, to give back what V8 can')
+  rss.private = 10 * MiB
+  await tick(SAMPLE_MS)
+  for (let i = 0; i < 100; i++) t.equal(overload.admit(), undefined)
+  for (let i = 0; i < 100; i++) overload.leave()
+  const collections = model.heap.collections
+  await tick(COLLECT_GAP_MS * 3)
+  t.equal(model.heap.collections, collections, 'no collection once it is over')
+})
+
+t.test('private memory unknown (not Linux), or no limit: never shed on it', async (t) => {
+  const unknown = manager(t)
+  await unknown.tick(SAMPLE_MS)
+  for (let i = 0; i < 5000; i++) t.equal(unknown.overload.admit(), undefined)
+  t.match(unknown.overload.status(), { privateBytes: null, privateShedding: false })
+  t.equal(await readMetric(unknown.metrics.registry, 'store_auth_proxy_memory_private_bytes'), 0)
+  const unlimited = manager(t, { limitBytes: 0 })
+  unlimited.rss.private = 1e12
+  await unlimited.tick(SAMPLE_MS)
+  for (let i = 0; i < 5000; i++) t.equal(unlimited.overload.admit(), undefined)
+  t.match(unlimited.overload.status(), { privateBytes: 1e12, privateShedding: false }, 'still shown, read when asked')
+})
+
+t.test('the bodies of shed requests: a young collection every DISCARD_COLLECT_BYTES read and dropped, limit or none', async (t) => {
+  t.equal(DISCARD_COLLECT_BYTES, 8 * MiB)
+  for (const limitBytes of [LIMIT, 0]) {
+    let young = 0
+    const overload = createOverloadManager({
+      limit: { bytes: limitBytes, source: 'MEMORY_LIMIT_BYTES' },
+      maxInFlight: 0,
+      clock: fakeClock().clock,
+      log: captureLogs().log,
+      metrics: createMetrics({ defaultMetrics: false }),
+      readLiveBytes: () => 0,
+      collect: () => {},
+      collectYoung: () => { young += 1 }
+    })
+    const chunk = 64 * 1024
+    for (let i = 0; i < DISCARD_COLLECT_BYTES / chunk - 1; i++) overload.discarded(chunk)
+    t.equal(young, 0, `limit ${limitBytes}: not before 8 MiB`)
+    overload.discarded(chunk)
+    t.equal(young, 1, 'at 8 MiB')
+    overload.discarded(DISCARD_COLLECT_BYTES - 1)
+    t.equal(young, 1, 'counted afresh from there')
+    overload.discarded(2)
+    t.equal(young, 2, 'at 8 MiB again')
+    overload.discarded(DISCARD_COLLECT_BYTES - 1)
+    t.equal(young, 3, 'the byte over the last 8 MiB counts toward the next')
+  }
+})
+
+t.test('the real young collection frees ArrayBuffers that died young', async (t) => {
+  const collect = youngCollection()
+  const before = process.memoryUsage().arrayBuffers
+  let dropped: Buffer[] | undefined = Array.from({ length: 256 }, () => Buffer.alloc(64 * 1024, 1))
+  t.ok(process.memoryUsage().arrayBuffers - before >= 16 * MiB, '16 MiB of Buffers held')
+  t.equal(dropped.length, 256)
+  dropped = undefined
+  collect()
+  t.ok(process.memoryUsage().arrayBuffers - before < 4 * MiB, 'gone after the collection')
+  t.equal('gc' in globalThis, false)
+})
+
 t.test('a body is counted up to COUNTED_BODY_MAX_BYTES: a longer one is streamed, and a huge announced length sheds nobody else', async (t) => {
   const { overload } = manager(t)
   t.equal(overload.admit(2 ** 40), undefined)
@@ -270,6 +394,7 @@ t.test('the in-flight cap: the next request is shed, and passes once one answer 
   t.same(overload.status(), {
     state: 'normal',
     memoryShedding: false,
+    privateShedding: false,
     limitBytes: LIMIT,
     limitSource: 'MEMORY_LIMIT_BYTES',
     limitFile: null,
@@ -278,6 +403,9 @@ t.test('the in-flight cap: the next request is shed, and passes once one answer 
     lowWaterBytes: 45 * MiB,
     usageBytes: null,
     usageWaterBytes: 70 * MiB,
+    privateBytes: null,
+    privateWaterBytes: 80 * MiB,
+    inFlightCostBytes: 0,
     inFlight: 0,
     inFlightBodyBytes: 0,
     maxInFlight: 3,

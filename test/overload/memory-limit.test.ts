@@ -3,7 +3,7 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
-import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readUsageBytes, type ReadSystemFile } from '../../src/memory-limit.js'
+import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readPrivateBytes, readUsageBytes, type ReadSystemFile } from '../../src/memory-limit.js'
 
 const MiB = 1024 * 1024
 const files = (contents: Record<string, string>): ReadSystemFile => (path) => contents[path]
@@ -92,6 +92,15 @@ t.test('the usage counter beside the limit: its bytes, or undefined when unreada
   t.equal(readUsageBytes(read, '/u'), 96 * MiB)
   t.equal(readUsageBytes(read, '/bad'), undefined)
   t.equal(readUsageBytes(read, '/missing'), undefined)
+})
+
+t.test('private memory: RssAnon from /proc/self/status, in bytes; undefined where the field or the file is missing', async (t) => {
+  const status = 'Name:\tnode\nVmRSS:\t  190000 kB\nRssAnon:\t   98304 kB\nRssFile:\t   91696 kB\n'
+  t.equal(readPrivateBytes(files({ '/proc/self/status': status })), 96 * MiB)
+  t.equal(readPrivateBytes(files({ '/proc/self/status': 'Name:\tnode\nVmRSS:\t  190000 kB\n' })), undefined, 'no RssAnon line (Linux before 4.5)')
+  t.equal(readPrivateBytes(files({})), undefined, 'no /proc (not Linux)')
+  const own = readPrivateBytes()
+  t.ok(own !== undefined && own > MiB && own < process.memoryUsage().rss, 'this process\'s: some, and less than its RSS')
 })
 
 t.test('MEMORY_LIMIT_BYTES overrides the cgroup, 0 included (the memory watch off)', async (t) => {
