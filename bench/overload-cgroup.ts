@@ -9,12 +9,14 @@
 // test/overload/cgroup-loads.test.ts drives too, shorter). Needs root and a memory cgroup,
 // about 40 s. Run it as root:
 //
-//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--env NAME=VALUE]...
+//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--streamed N] [--hog-mib N] [--env NAME=VALUE]...
 //
 // --busy keeps both cores busy (`node -e 'for(;;);'` twice) while it runs. --no-manager turns
 // the overload manager off (MEMORY_LIMIT_BYTES=0, MAX_IN_FLIGHT_REQUESTS=0, MAX_CONNECTIONS=0);
 // --no-tunables runs with glibc's malloc defaults (no GLIBC_TUNABLES); --slowloris N opens N
-// slowloris connections in (d) instead of 3000; --env NAME=VALUE sets one of the sidecar's
+// slowloris connections in (d) instead of 3000; --streamed N adds (e), N concurrent POSTs of
+// 1 MiB each streamed in 64 KiB writes, every caller owed a status line; --hog-mib N holds N MiB
+// of private memory out of live memory's sight from the start (probe/hog.ts); --env NAME=VALUE sets one of the sidecar's
 // settings (repeatable; e.g. MAX_CONNECTIONS=0 for no connection bound). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
 // GLIBC_TUNABLES as the Dockerfile sets it, the default configuration; the stand-in TI APIs (`node dist/main.js stand-in`)
 // are the token endpoint, and the upstream is this script's own (200, or 401 with 10 KB).
@@ -70,11 +72,14 @@ function statSummary (stat: Record<string, number>, peakBytes: number): string {
   return `anon ${mibOf(rss)}, cache ${mibOf(cache)} (mapped ${mibOf(stat.mapped_file ?? stat.file_mapped ?? 0)}), the rest (kernel: sockets, page tables...) ${mibOf(peakBytes - rss - cache)}`
 }
 
-/** What the variants change: the overload manager's settings off, or glibc's defaults. */
-function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean, env?: string[] }): NodeJS.ProcessEnv {
+/** What the variants change: the overload manager's settings off, glibc's defaults, memory held out of live memory's sight. */
+function variantEnv (values: { 'no-manager': boolean, 'no-tunables': boolean, 'hog-mib': string, env?: string[] }): NodeJS.ProcessEnv {
+  const given: NodeJS.ProcessEnv = Object.fromEntries((values.env ?? []).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]))
+  const hog = Number(values['hog-mib'])
   return {
     ...(values['no-tunables'] ? {} : { GLIBC_TUNABLES: imageGlibcTunables(REPO) }),
-    ...Object.fromEntries((values.env ?? []).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)])),
+    ...given,
+    ...(hog > 0 ? { HOG_MIB: String(hog), NODE_OPTIONS: `--import=${join(REPO, 'dist', 'bench', 'probe', 'hog.js')} ${given.NODE_OPTIONS ?? ''}`.trim() } : {}),
     // MEMORY_LIMIT_BYTES=0: no memory watch; MAX_IN_FLIGHT_REQUESTS=0: no cap; MAX_CONNECTIONS=0: no bound.
     ...(values['no-manager'] ? { MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0', MAX_CONNECTIONS: '0' } : {})
   }
@@ -88,6 +93,8 @@ async function main (): Promise<void> {
       'no-manager': { type: 'boolean', default: false },
       'no-tunables': { type: 'boolean', default: false },
       slowloris: { type: 'string', default: String(FULL_LOADS.slowloris) },
+      streamed: { type: 'string', default: '0' },
+      'hog-mib': { type: 'string', default: '0' },
       env: { type: 'string', multiple: true }
     }
   })
@@ -122,7 +129,7 @@ async function main (): Promise<void> {
     const driven = await driveFourLoads({
       port,
       upstream,
-      sizes: { ...FULL_LOADS, slowloris: Number(values.slowloris) },
+      sizes: { ...FULL_LOADS, slowloris: Number(values.slowloris), streamed: Number(values.streamed) },
       runWrk: async (wrkArgs) => await runToEnd('wrk', 'wrk', wrkArgs, logDir, 30_000),
       measure: async (load, run) => {
         cgroup.resetPeak()

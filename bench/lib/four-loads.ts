@@ -7,12 +7,15 @@
 //   (c) 1500 concurrent calls the upstream answers 401 with a 10 KB body (held back for the
 //       replay, replayed once with a new token, answered 401 again) — every caller a status line;
 //   (d) 3000 slowloris connections (a header line every second)  — the sidecar alive;
+//   (e) only when asked (the bench's --streamed N): N concurrent 1 MiB POSTs, streamed —
+//       every caller a status line;
 // then a plain call, answered 200. Nothing here reads the repository's layout: the callers
 // give the paths, so this module runs from its source (the test) and from dist/ (the bench).
 import { readFileSync } from 'node:fs'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
+import { Readable } from 'node:stream'
 import { Pool } from 'undici'
 import { SMALL_PATH } from './targets.js'
 
@@ -28,12 +31,17 @@ export interface LoadSizes {
   /** (d): slowloris connections, and how long they are held. */
   slowloris: number
   slowlorisMs: number
+  /** (e), the bench's option: concurrent POSTs of STREAMED_BYTES each, streamed in 64 KiB writes; 0 (the default) for none. */
+  streamed?: number
 }
 
 /** The loads as the issue measured them. */
 export const FULL_LOADS: LoadSizes = { wrkSeconds: 8, posts: 1000, denied: 1500, slowloris: 3000, slowlorisMs: 12_000 }
 
 const POST_BYTES = 60 * 1024
+/** (e): a body four times the 64 KiB the overload manager counts, the replay budget holds, or one read brings. */
+export const STREAMED_BYTES = 1024 * 1024
+const STREAM_CHUNK = Buffer.alloc(64 * 1024, 's')
 const DENIED_BODY_BYTES = 10 * 1024
 /** Bounds each caller's wait: a caller still waiting after it got no status line. */
 const CALLER_LIMIT_MS = 60_000
@@ -119,7 +127,7 @@ const count = (map: Record<string, number>, key: string, n = 1): void => { map[k
 export const classOf = (status: number): string => `${Math.floor(status / 100)}xx`
 
 /** N callers at once, each on its own connection; every answer's status or error recorded. */
-async function burst (origin: string, n: number, request: Parameters<Pool['request']>[0]): Promise<Pick<LoadOutcome, 'answered' | 'classes' | 'errors' | 'statuses'>> {
+async function burst (origin: string, n: number, request: Parameters<Pool['request']>[0] | (() => Parameters<Pool['request']>[0])): Promise<Pick<LoadOutcome, 'answered' | 'classes' | 'errors' | 'statuses'>> {
   const pool = new Pool(origin, { connections: n, pipelining: 1, headersTimeout: CALLER_LIMIT_MS, bodyTimeout: CALLER_LIMIT_MS })
   const classes: Record<string, number> = {}
   const statuses: Record<string, number> = {}
@@ -127,7 +135,7 @@ async function burst (origin: string, n: number, request: Parameters<Pool['reque
   let answered = 0
   await Promise.all(Array.from({ length: n }, async () => {
     try {
-      const res = await pool.request(request)
+      const res = await pool.request(typeof request === 'function' ? request() : request)
       answered += 1
       count(classes, classOf(res.statusCode))
       count(statuses, String(res.statusCode))
@@ -138,6 +146,11 @@ async function burst (origin: string, n: number, request: Parameters<Pool['reque
   }))
   await pool.destroy()
   return { answered, classes, errors, statuses }
+}
+
+/** A body of `bytes` in 64 KiB chunks; as a Readable, undici writes it as the connection takes it. */
+async function * streamedBody (bytes: number): AsyncGenerator<Buffer> {
+  for (let sent = 0; sent < bytes; sent += STREAM_CHUNK.length) yield STREAM_CHUNK.subarray(0, Math.min(STREAM_CHUNK.length, bytes - sent))
 }
 
 /** wrk's summary: requests, non-2xx/3xx, socket errors. */
@@ -266,19 +279,32 @@ export async function driveFourLoads (o: DriveOptions): Promise<{ outcomes: Load
       note: `opened ${s.opened}, closed by the sidecar ${s.closedBySidecar}, status lines ${JSON.stringify(s.statusLines)}`
     }
   })
+  const streamed = sizes.streamed ?? 0
+  if (streamed > 0) {
+    await run(`(e) ${streamed} concurrent POSTs of ${STREAMED_BYTES / 1024 / 1024} MiB, streamed`, async () => {
+      const r = await burst(origin, streamed, () => ({
+        path: '/v2/store/orders',
+        method: 'POST',
+        body: Readable.from(streamedBody(STREAMED_BYTES), { objectMode: false }),
+        headers: { 'content-type': 'application/octet-stream', 'content-length': String(STREAMED_BYTES) }
+      }))
+      return { callers: streamed, ...r, note: JSON.stringify(r.statuses) }
+    })
+  }
   return { outcomes, plain: await plainCall(origin) }
 }
 
 /**
  * What failed of the promise, or nothing: the sidecar alive after the four loads, (a)
- * entirely 2xx with no socket error, every caller of (b) and (c) given a status line, the
+ * entirely 2xx with no socket error, every caller of (b), (c) and (e) given a status line, the
  * plain call after answered 200.
  */
 export function failures (outcomes: LoadOutcome[], plain: string, alive: boolean): string[] {
   const found: string[] = []
   if (!alive) found.push('the sidecar died')
-  const [a, b, c] = outcomes
+  const [a, b, c, , e] = outcomes
   if (a === undefined || Object.keys(a.classes).some((k) => k !== '2xx') || Object.keys(a.errors).length > 0) found.push('(a) was not entirely 2xx')
+  if (e !== undefined && e.answered !== e.callers) found.push(`${e.load}: callers without a status line ${JSON.stringify(e.errors)}`)
   for (const r of [b, c]) if (r === undefined || r.answered !== r.callers) found.push(`${r?.load ?? '(b)/(c)'}: callers without a status line ${JSON.stringify(r?.errors ?? {})}`)
   if (plain !== '200') found.push(`the plain call after: ${plain}`)
   return found
