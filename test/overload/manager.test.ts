@@ -343,12 +343,15 @@ t.test('the bodies of shed requests: a young collection every DISCARD_COLLECT_BY
 t.test('the real young collection frees ArrayBuffers that died young', async (t) => {
   const collect = youngCollection()
   const before = process.memoryUsage().arrayBuffers
-  let dropped: Buffer[] | undefined = Array.from({ length: 256 }, () => Buffer.alloc(64 * 1024, 1))
-  t.ok(process.memoryUsage().arrayBuffers - before >= 16 * MiB, '16 MiB of Buffers held')
-  t.equal(dropped.length, 256)
+  let dropped: Buffer[] | undefined = Array.from({ length: 64 }, () => Buffer.alloc(64 * 1024, 1))
+  t.ok(process.memoryUsage().arrayBuffers - before >= 4 * MiB, '4 MiB of Buffers held')
+  t.equal(dropped.length, 64)
   dropped = undefined
   collect()
-  t.ok(process.memoryUsage().arrayBuffers - before < 4 * MiB, 'gone after the collection')
+  // V8 frees the backing stores of dead ArrayBuffers just after the collection, on a helper thread.
+  const until = performance.now() + 2000
+  while (process.memoryUsage().arrayBuffers - before >= MiB && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 5))
+  t.ok(process.memoryUsage().arrayBuffers - before < MiB, 'gone after the collection')
   t.equal('gc' in globalThis, false)
 })
 
