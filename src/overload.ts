@@ -248,6 +248,8 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   /** Private memory as last sampled. */
   let privateBytes: number | undefined
   let privateShedding = false
+  /** A request was shed on private memory since the last forced collection. */
+  let privateShedSinceCollect = false
   let sampledAt = -Infinity
   let discardedBytes = 0
   let collectYoung = options.collectYoung
@@ -299,6 +301,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   /** Whether a new request costing this much fits under the private water; it always does with none in flight. */
   function fitsPrivate (cost: number): boolean {
     if (!watching || privateBytes === undefined || inFlight === 0 || privateBytes + inFlightCost() + cost <= privateWater) return true
+    privateShedSinceCollect = true
     if (!privateShedding) {
       privateShedding = true
       showShedding()
@@ -322,9 +325,12 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
 
   function tick (): void {
     // While the samples say shed, collect what is dead so the next sample (a tick later: Buffers'
-    // memory is released just after the collection) tells live memory from garbage.
-    if ((sample() || privateShedding) && clock.now() - collectedAt >= COLLECT_GAP_MS) {
+    // memory is released just after the collection) tells live memory from garbage. On private
+    // memory, only while requests are shed on it: at rest, memory that stays high costs no
+    // collection a second.
+    if ((sample() || privateShedSinceCollect) && clock.now() - collectedAt >= COLLECT_GAP_MS) {
       collectedAt = clock.now()
+      privateShedSinceCollect = false
       collect()
     }
     stopTimer = clock.setTimer(tick, SAMPLE_MS)

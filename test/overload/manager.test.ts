@@ -290,6 +290,10 @@ t.test('private memory that stays over the water after a burst never stops the s
     overload.leave()
   }
   t.equal(model.heap.collections, Math.floor((20 * SAMPLE_MS) / COLLECT_GAP_MS), 'a full collection at most once per COLLECT_GAP_MS while it sheds, to give back what V8 can')
+  const whileShedding = model.heap.collections
+  await tick(COLLECT_GAP_MS * 5)
+  t.equal(model.heap.collections, whileShedding + 1, 'at rest, still over the water: one more for the last shed request, then none')
+  t.equal(overload.status().privateShedding, true)
   rss.private = 10 * MiB
   await tick(SAMPLE_MS)
   for (let i = 0; i < 100; i++) t.equal(overload.admit(), undefined)
