@@ -12,7 +12,7 @@ import { egressDispatcher } from './egress-connection.js'
 import { routeFor } from './egress-proxy.js'
 import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, OverloadedError, RequestTimeoutError, sendError } from './errors.js'
 import { createUpstream, type Upstream } from './forward.js'
-import { memoryLimit, type ReadSystemFile } from './memory-limit.js'
+import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './memory-limit.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
 import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload.js'
 import proxy, { observeExchange } from './proxy.js'
@@ -192,7 +192,9 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
     log: log.child({ component: 'overload' }),
     metrics,
     ...(readLiveBytes === undefined ? {} : { readLiveBytes }),
-    ...(readPrivateBytes === undefined ? {} : { readPrivateBytes }),
+    ...(readPrivateBytes !== undefined
+      ? { readPrivateBytes }
+      : readSystemFile === undefined ? {} : { readPrivateBytes: () => privateBytesIn(readSystemFile) }),
     ...(collectGarbage === undefined ? {} : { collect: collectGarbage }),
     ...(collectYoungGarbage === undefined ? {} : { collectYoung: collectYoungGarbage })
   })
@@ -402,6 +404,7 @@ function answerExcessConnections (server: FastifyInstance, maxConnections: numbe
     const linger = setTimeout(() => { socket.destroy() }, EXCESS_LINGER_MS).unref()
     socket.once('close', () => { clearTimeout(linger) })
     sendError(socket, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
-    socket.resume()
+    // Read and dropped like a shed request's body, the reads paced by young collections.
+    socket.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
   })
 }

@@ -256,7 +256,7 @@ function overloadMetrics (registry: Registry) {
     overloadShed,
     overloadShedding: new Gauge({
       name: `${METRIC_PREFIX}overload_shedding`,
-      help: '1 while new requests get 503 OVERLOADED on memory (live memory and the bodies in flight over the high water of the limit, or the cgroup\'s usage over its water, until live memory is below the low water; or private memory with what is in flight too near the limit for new requests, until a sample finds it 5 % of the limit lower), 0 otherwise.',
+      help: '1 while new requests get 503 OVERLOADED on memory (live memory and the bodies in flight over the high water of the limit, or the cgroup\'s usage over its water, until live memory is below the low water; or private memory with what is in flight too near the limit for new requests, until a sample finds it 5 % of the limit lower or none was shed on it for 5 s), 0 otherwise.',
       registers: [registry]
     }),
     memoryLiveBytes: new Gauge({
@@ -272,7 +272,7 @@ function overloadMetrics (registry: Registry) {
     }),
     memoryPrivateBytes: new Gauge({
       name: `${METRIC_PREFIX}memory_private_bytes`,
-      help: 'The process\'s private memory (RssAnon: resident anonymous pages, what an OOM kill is made of) as the overload manager last sampled it; 0 where unknown (not Linux).',
+      help: 'The process\'s private memory (RssAnon: resident anonymous pages, what an OOM kill is made of) as the overload manager last sampled it (read at each scrape where no memory limit is known); 0 where unknown (not Linux).',
       registers: [registry],
       collect () { this.set(privateMemory() ?? 0) }
     }),

@@ -54,12 +54,15 @@ export const COUNTED_BODY_MAX_BYTES = 64 * 1024
  * expected to cost, stays under this fraction of the limit. It catches what neither water above
  * sees in time: V8's heap committed far over what is live, or malloc's heap, growing in a
  * burst of GETs on a starved machine (measured once: 103 MiB of 128 in the group with live
- * memory at 58, and the next burst of POSTs, admitted at low live memory, OOM-killed it). It
- * holds no state of its own: as answers close, their costs leave the sum and new requests fit
- * again. A request is always admitted when none is in flight, so a process whose private memory
- * stays high after a burst still serves, one request at a time, and never sheds everything.
+ * memory at 58, and the next burst of POSTs, admitted at low live memory, OOM-killed it). As
+ * answers close, their costs leave the sum and new requests fit again. Private memory may stay
+ * high when nothing is live (malloc keeps freed memory a collection cannot return): so requests
+ * are always admitted while fewer than PRIVATE_FLOOR_IN_FLIGHT are in flight, and the sidecar
+ * never sheds everything.
  */
 export const PRIVATE_WATER = 0.8
+/** Requests admitted whatever private memory says, while fewer are in flight: at most some 1.3 MiB of expected costs. */
+export const PRIVATE_FLOOR_IN_FLIGHT = 8
 /**
  * What an admitted request is expected to cost beside its body (BODY_COST), until its answer
  * closes, in the sum PRIVATE_WATER bounds: its objects, the upstream's answer held for a replay.
@@ -68,13 +71,16 @@ export const PRIVATE_WATER = 0.8
  * to see it.
  */
 export const REQUEST_COST = 32 * 1024
-/** The pressure on private memory is over (logged, the gauge, /readyz) once a sample finds the sum this fraction of the limit under PRIVATE_WATER. */
+/** The pressure on private memory is over (logged, the gauge, /readyz) once a sample finds the sum this fraction of the limit under PRIVATE_WATER... */
 export const PRIVATE_CLEAR = 0.05
+/** ...or finds no request shed on it for this long: what says "shedding" must be shedding. */
+export const PRIVATE_HOLD_MS = 5_000
 /**
- * The bodies of shed requests are read and discarded; every this many bytes of them, a young
- * collection frees what was read. Measured, 500 POSTs of 1 MiB streamed at once into a 128 MiB
- * cgroup, most of them shed: without it the discarded reads took the group to its limit in under
- * a second, 3 times of 3 (bench/README.md).
+ * The bodies of shed requests and of excess connections are read and discarded; every this many
+ * bytes of them, a young collection frees what was read. Measured, 500 POSTs of 1 MiB streamed at
+ * once, most of them shed: a fresh sidecar peaked at 175-193 MiB without it and 95 MiB with it,
+ * and after the four loads in a 128 MiB cgroup the burst went from OOM-killed in 3 runs of 3 to
+ * alive in 5 of 6 (bench/README.md).
  */
 export const DISCARD_COLLECT_BYTES = 8 * 1024 * 1024
 /** At most one forced full collection this often, and only while the samples say shed. */
@@ -250,6 +256,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   let privateShedding = false
   /** A request was shed on private memory since the last forced collection. */
   let privateShedSinceCollect = false
+  let privateShedAt = -Infinity
   let sampledAt = -Infinity
   let discardedBytes = 0
   let collectYoung = options.collectYoung
@@ -290,7 +297,8 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     privateBytes = readPrivate()
     usageRead = false
     sampledAt = clock.now()
-    if (privateShedding && (privateBytes === undefined || privateBytes + inFlightCost() <= privateWater - PRIVATE_CLEAR * limit.bytes)) {
+    if (privateShedding && (privateBytes === undefined || privateBytes + inFlightCost() <= privateWater - PRIVATE_CLEAR * limit.bytes ||
+      clock.now() - privateShedAt >= PRIVATE_HOLD_MS)) {
       privateShedding = false
       showShedding()
       log.info({ privateBytes, inFlightCostBytes: inFlightCost(), limitBytes: limit.bytes }, 'private memory no longer near the limit: accepting new requests')
@@ -298,10 +306,11 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     return update()
   }
 
-  /** Whether a new request costing this much fits under the private water; it always does with none in flight. */
+  /** Whether a new request costing this much fits under the private water; it always does below PRIVATE_FLOOR_IN_FLIGHT. */
   function fitsPrivate (cost: number): boolean {
-    if (!watching || privateBytes === undefined || inFlight === 0 || privateBytes + inFlightCost() + cost <= privateWater) return true
+    if (!watching || privateBytes === undefined || inFlight < PRIVATE_FLOOR_IN_FLIGHT || privateBytes + inFlightCost() + cost <= privateWater) return true
     privateShedSinceCollect = true
+    privateShedAt = clock.now()
     if (!privateShedding) {
       privateShedding = true
       showShedding()

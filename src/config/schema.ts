@@ -37,7 +37,11 @@ export const DEFAULT_MAX_IN_FLIGHT_REQUESTS = 500
  * peak at 93.5 MiB with this one. Four times the in-flight cap: room for idle keep-alive callers.
  */
 export const DEFAULT_MAX_CONNECTIONS = 2000
-/** Below this a MEMORY_LIMIT_BYTES would shed at idle: the sidecar's own live memory is some 20 MiB. */
+/**
+ * Below this a MEMORY_LIMIT_BYTES would shed at idle on live memory: the sidecar's own is some 20
+ * MiB. Up to about 64 MiB its private memory at idle (some 37 MiB) is near the private-memory
+ * water, and it serves about PRIVATE_FLOOR_IN_FLIGHT (8) requests at a time (docs/overload.md).
+ */
 export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const

@@ -1,8 +1,9 @@
 // The overload manager's decisions on an injected memory reader and a fake clock: thresholds,
 // hysteresis, no livelock after a burst, the in-flight cap, and what it says while shedding.
+import { constants, performance, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, DISCARD_COLLECT_BYTES, fullCollection, liveBytes, PRIVATE_CLEAR, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, youngCollection } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, DISCARD_COLLECT_BYTES, fullCollection, liveBytes, PRIVATE_CLEAR, PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, youngCollection } from '../../src/overload.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'
@@ -261,14 +262,16 @@ t.test('private memory: a request is admitted only while private memory, the cos
 t.test('private memory: the pressure ends when a sample finds the sum 5 % of the limit under the water', async (t) => {
   const { overload, rss, tick, logs, metrics } = manager(t)
   t.equal(PRIVATE_CLEAR, 0.05)
+  t.equal(PRIVATE_FLOOR_IN_FLIGHT, 8)
   rss.private = 80 * MiB
   await tick(SAMPLE_MS)
-  t.equal(overload.admit(), undefined, 'none in flight: admitted whatever the sum')
-  t.equal(overload.admit(), 'memory')
-  rss.private = 75 * MiB
+  for (let i = 0; i < PRIVATE_FLOOR_IN_FLIGHT; i++) t.equal(overload.admit(), undefined, `fewer than 8 in flight: request ${i + 1} admitted whatever the sum`)
+  t.equal(overload.admit(), 'memory', 'the 9th is not')
+  // 8 in flight cost 256 KiB: clear once private memory is that much under 75 MiB.
+  rss.private = 75 * MiB - 8 * REQUEST_COST + 1
   await tick(SAMPLE_MS)
-  t.equal(overload.status().privateShedding, true, '75 MiB and 32 KiB in flight: not yet 5 % under the water')
-  rss.private = 75 * MiB - REQUEST_COST
+  t.equal(overload.status().privateShedding, true, 'one byte short of 5 % under the water')
+  rss.private = 75 * MiB - 8 * REQUEST_COST
   await tick(SAMPLE_MS)
   t.match(overload.status(), { state: 'normal', privateShedding: false })
   t.equal(overload.readinessNote(), undefined)
@@ -277,23 +280,42 @@ t.test('private memory: the pressure ends when a sample finds the sum 5 % of the
     'overloaded: private memory near the limit, shedding new requests that do not fit (503 OVERLOADED)',
     'private memory no longer near the limit: accepting new requests'
   ])
-  overload.leave()
+  for (let i = 0; i < PRIVATE_FLOOR_IN_FLIGHT; i++) overload.leave()
 })
 
-t.test('private memory that stays over the water after a burst never stops the sidecar: one request at a time is served', async (t) => {
+t.test('private memory: the pressure also ends after PRIVATE_HOLD_MS without a request shed on it, memory still high', async (t) => {
+  const { overload, rss, tick, logs, metrics } = manager(t)
+  t.equal(PRIVATE_HOLD_MS, 5000)
+  rss.private = 78 * MiB
+  await tick(SAMPLE_MS)
+  for (let i = 0; i < PRIVATE_FLOOR_IN_FLIGHT; i++) overload.admit()
+  t.equal(overload.admit(), undefined, '78 MiB + 9 × 32 KiB fits under 80 MiB')
+  rss.private = 80 * MiB
+  await tick(SAMPLE_MS)
+  t.equal(overload.admit(), 'memory')
+  for (let i = 0; i < 9; i++) overload.leave()
+  rss.private = 79 * MiB
+  await tick(PRIVATE_HOLD_MS - SAMPLE_MS)
+  t.equal(overload.status().privateShedding, true, 'under 5 s since the last shed request')
+  await tick(SAMPLE_MS)
+  t.match(overload.status(), { state: 'normal', privateShedding: false }, 'memory between the water and 5 % under it, nothing shed for 5 s: no longer shedding')
+  t.equal(await readMetric(metrics.registry, 'store_auth_proxy_overload_shedding'), 0)
+  t.equal(logs.entries().length, 2)
+})
+
+t.test('private memory that stays over the water after a burst never stops the sidecar: 8 requests at a time are served', async (t) => {
   const { overload, model, rss, tick } = manager(t)
   rss.private = 120 * MiB
   for (let round = 0; round < 20; round++) {
     await tick(SAMPLE_MS)
-    t.equal(overload.admit(), undefined, 'none in flight: admitted')
-    t.equal(overload.admit(), 'memory', 'a second at once: shed')
-    overload.leave()
+    for (let i = 0; i < PRIVATE_FLOOR_IN_FLIGHT; i++) t.equal(overload.admit(), undefined, 'fewer than 8 in flight: admitted')
+    t.equal(overload.admit(), 'memory', 'a 9th at once: shed')
+    for (let i = 0; i < PRIVATE_FLOOR_IN_FLIGHT; i++) overload.leave()
   }
   t.equal(model.heap.collections, Math.floor((20 * SAMPLE_MS) / COLLECT_GAP_MS), 'a full collection at most once per COLLECT_GAP_MS while it sheds, to give back what V8 can')
   const whileShedding = model.heap.collections
   await tick(COLLECT_GAP_MS * 5)
   t.equal(model.heap.collections, whileShedding + 1, 'at rest, still over the water: one more for the last shed request, then none')
-  t.equal(overload.status().privateShedding, true)
   rss.private = 10 * MiB
   await tick(SAMPLE_MS)
   for (let i = 0; i < 100; i++) t.equal(overload.admit(), undefined)
@@ -344,18 +366,29 @@ t.test('the bodies of shed requests: a young collection every DISCARD_COLLECT_BY
   }
 })
 
-t.test('the real young collection frees ArrayBuffers that died young', async (t) => {
+t.test('the real young collection: a scavenge starts within the call, and the ArrayBuffers that died young are freed', async (t) => {
   const collect = youngCollection()
+  const scavenges: number[] = []
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries() as Array<PerformanceEntry & { detail?: { kind?: number } }>) if (entry.detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR) scavenges.push(entry.startTime)
+  })
+  observer.observe({ entryTypes: ['gc'] })
+  t.teardown(() => { observer.disconnect() })
   const before = process.memoryUsage().arrayBuffers
   let dropped: Buffer[] | undefined = Array.from({ length: 64 }, () => Buffer.alloc(64 * 1024, 1))
   t.ok(process.memoryUsage().arrayBuffers - before >= 4 * MiB, '4 MiB of Buffers held')
   t.equal(dropped.length, 64)
   dropped = undefined
+  const calledAt = performance.now()
   collect()
-  // V8 frees the backing stores of dead ArrayBuffers just after the collection, on a helper thread.
+  const returnedAt = performance.now()
+  // GC entries are delivered after the fact; V8 frees dead backing stores on a helper thread.
   const until = performance.now() + 2000
-  while (process.memoryUsage().arrayBuffers - before >= MiB && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 5))
-  t.ok(process.memoryUsage().arrayBuffers - before < MiB, 'gone after the collection')
+  while ((!scavenges.some((at) => at >= calledAt && at <= returnedAt) || process.memoryUsage().arrayBuffers - before >= MiB) && performance.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+  t.ok(scavenges.some((at) => at >= calledAt && at <= returnedAt), 'a scavenge started while the call ran (one of its own, not one V8 chose later)')
+  t.ok(process.memoryUsage().arrayBuffers - before < MiB, 'the Buffers are gone')
   t.equal('gc' in globalThis, false)
 })
 
