@@ -192,9 +192,7 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
     log: log.child({ component: 'overload' }),
     metrics,
     ...(readLiveBytes === undefined ? {} : { readLiveBytes }),
-    ...(readPrivateBytes !== undefined
-      ? { readPrivateBytes }
-      : readSystemFile === undefined ? {} : { readPrivateBytes: () => privateBytesIn(readSystemFile) }),
+    readPrivateBytes: readPrivateBytes ?? (() => privateBytesIn(readSystemFile)),
     ...(collectGarbage === undefined ? {} : { collect: collectGarbage }),
     ...(collectYoungGarbage === undefined ? {} : { collectYoung: collectYoungGarbage })
   })

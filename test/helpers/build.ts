@@ -34,8 +34,9 @@ export interface Built {
 /**
  * The sidecar, built from environment-style settings exactly as main.ts does,
  * listening on port 0 on both listeners, with its logs captured. Its overload manager reads no
- * private memory unless a test gives a reader: the test process's own (tap's, the peers') is
- * not the sidecar's, and would make a small MEMORY_LIMIT_BYTES shed by chance.
+ * private memory unless a test gives a reader or system files of its own: the test process's
+ * (tap's, the peers') is not the sidecar's, and would make a small MEMORY_LIMIT_BYTES shed by
+ * chance.
  */
 export async function build (
   t: Test, env: Record<string, string>, deps: Partial<AppDependencies> = {}, { start = true } = {}
@@ -44,7 +45,8 @@ export async function build (
   const config = loadConfig({
     CLIENT_ID, CLIENT_SECRET, PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1', ...env
   })
-  const app = await buildApp(config, { log: logs.log, defaultMetrics: false, readPrivateBytes: () => undefined, ...deps })
+  const ownPrivateMemory = deps.readSystemFile === undefined ? { readPrivateBytes: () => undefined } : {}
+  const app = await buildApp(config, { log: logs.log, defaultMetrics: false, ...ownPrivateMemory, ...deps })
   t.teardown(() => app.close())
   await app.proxy.listen({ host: '127.0.0.1', port: 0 })
   await app.admin.listen({ host: '127.0.0.1', port: 0 })

@@ -45,6 +45,8 @@ function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = L
   const cgroup: { usage: number | undefined, reads: number } = { usage: undefined, reads: 0 }
   /** The process's private memory (RssAnon): undefined when unknown. */
   const rss: { private: number | undefined } = { private: undefined }
+  /** Young collections asked. */
+  const young = { collections: 0 }
   const logs = captureLogs()
   const metrics = createMetrics({ defaultMetrics: false })
   const overload = createOverloadManager({
@@ -57,11 +59,12 @@ function manager (t: Test, { maxInFlight = 0, maxConnections = 0, limitBytes = L
     readLiveBytes: model.read,
     readUsageBytes: () => { cgroup.reads += 1; return cgroup.usage },
     readPrivateBytes: () => rss.private,
-    collect: model.collect
+    collect: model.collect,
+    collectYoung: () => { young.collections += 1 }
   })
   overload.start()
   t.teardown(overload.stop)
-  return { overload, model, cgroup, rss, tick, logs, metrics, clock }
+  return { overload, model, cgroup, rss, young, tick, logs, metrics, clock }
 }
 
 t.test('shouldShed: from the high water up, until below the low water; never without a limit', async (t) => {
@@ -341,28 +344,18 @@ t.test('private memory unknown (not Linux), or no limit: never shed on it', asyn
 t.test('the bodies of shed requests: a young collection every DISCARD_COLLECT_BYTES read and dropped, limit or none', async (t) => {
   t.equal(DISCARD_COLLECT_BYTES, 8 * MiB)
   for (const limitBytes of [LIMIT, 0]) {
-    let young = 0
-    const overload = createOverloadManager({
-      limit: { bytes: limitBytes, source: 'MEMORY_LIMIT_BYTES' },
-      maxInFlight: 0,
-      clock: fakeClock().clock,
-      log: captureLogs().log,
-      metrics: createMetrics({ defaultMetrics: false }),
-      readLiveBytes: () => 0,
-      collect: () => {},
-      collectYoung: () => { young += 1 }
-    })
+    const { overload, young } = manager(t, { limitBytes })
     const chunk = 64 * 1024
     for (let i = 0; i < DISCARD_COLLECT_BYTES / chunk - 1; i++) overload.discarded(chunk)
-    t.equal(young, 0, `limit ${limitBytes}: not before 8 MiB`)
+    t.equal(young.collections, 0, `limit ${limitBytes}: not before 8 MiB`)
     overload.discarded(chunk)
-    t.equal(young, 1, 'at 8 MiB')
+    t.equal(young.collections, 1, 'at 8 MiB')
     overload.discarded(DISCARD_COLLECT_BYTES - 1)
-    t.equal(young, 1, 'counted afresh from there')
+    t.equal(young.collections, 1, 'counted afresh from there')
     overload.discarded(2)
-    t.equal(young, 2, 'at 8 MiB again')
+    t.equal(young.collections, 2, 'at 8 MiB again')
     overload.discarded(DISCARD_COLLECT_BYTES - 1)
-    t.equal(young, 3, 'the byte over the last 8 MiB counts toward the next')
+    t.equal(young.collections, 3, 'the byte over the last 8 MiB counts toward the next')
   }
 })
 

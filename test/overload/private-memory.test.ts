@@ -74,3 +74,15 @@ t.test('private memory at the water: beyond 8 in flight, what does not fit is sh
     'private memory no longer near the limit: accepting new requests'
   ])
 })
+
+t.test('private memory is read from the system files the sidecar is given, as its memory limit is', async (t) => {
+  const upstream = await startStalledUpstream(t)
+  const files: Record<string, string> = { '/proc/self/status': 'Name:\tnode\nRssAnon:\t  102400 kB\n' }
+  const { adminUrl } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT) }, {
+    readSystemFile: (path) => files[path],
+    readLiveBytes: () => 20 * MiB,
+    collectGarbage: () => {}
+  })
+  t.match(await overloadStatus(adminUrl), { privateBytes: 100 * MiB, limitBytes: LIMIT })
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_memory_private_bytes'), 100 * MiB)
+})
