@@ -36,7 +36,7 @@ RUN --mount=type=cache,target=/root/.npm \
 COPY tsconfig.json tsconfig.build.json ./
 COPY src/ src/
 RUN npm run build
-# What runs says what it is (src/version.ts): the version is package.json's, and the
+# What runs says what it is (src/config/build-info.ts): the version is package.json's, and the
 # revision is written into dist/REVISION from the REVISION build argument (the context has
 # no .git, and nothing runs git at run time):
 #   docker build --build-arg REVISION="$(git rev-parse HEAD)" -t store-auth-proxy .

@@ -12,7 +12,7 @@ import { listenHost } from './config/listeners.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
 import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
-import { probe } from './healthcheck.js'
+import { probe } from './cli/healthcheck.js'
 
 const HEALTHCHECK_TIMEOUT_MS = 3000
 

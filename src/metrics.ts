@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { FORWARDED_METHODS } from './http-rules.js'
-import { buildInfo as currentBuildInfo, type BuildInfo } from './version.js'
+import { FORWARDED_METHODS } from './proxy/http-rules.js'
+import { buildInfo as currentBuildInfo, type BuildInfo } from './config/build-info.js'
 
 // Every metric the sidecar exports, named in one place. Names follow the
 // Prometheus conventions: one prefix, base units (seconds), `_total` counters.
@@ -205,7 +205,7 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
 }
 
 function buildInfoMetric (registry: Registry, buildInfo: BuildInfo): void {
-  // The conventional info metric: always 1, the build in its labels (src/version.ts).
+  // The conventional info metric: always 1, the build in its labels (src/config/build-info.ts).
   const build = new Gauge({
     name: `${METRIC_PREFIX}build_info`,
     help: 'Always 1; the labels say which build runs: version, source revision, Node.js version.',
@@ -240,7 +240,7 @@ function cacheMetrics (registry: Registry) {
   }
 }
 
-/** The overload manager (src/overload.ts): whether it sheds, what it shed and why, live memory against the limit. */
+/** The overload manager (src/overload/manager.ts): whether it sheds, what it shed and why, live memory against the limit. */
 function overloadMetrics (registry: Registry) {
   let live = (): number => 0
   let privateMemory = (): number | undefined => undefined

@@ -5,8 +5,8 @@ import { area } from './base.mjs'
 // the two are split so each full run fits in an hour on two shared cores.
 export default area('quota-rules', {
   mutate: [
-    'src/quota/rules.ts',
-    'src/quota/settings.ts',
+    'src/config/rate-limit-rules.ts',
+    'src/config/rate-limits.ts',
     'src/quota/store.ts',
     'src/quota/ledger.ts',
     'src/quota/retry-after.ts',
@@ -20,10 +20,10 @@ export default area('quota-rules', {
     'test/quota/!(loading).test.ts',
     'test/quota/attacks/*.test.ts',
     'test/generative/quota.test.ts',
-    'test/config.test.ts',
+    'test/config/config.test.ts',
     'test/config/*.test.ts',
     'test/cache/rules.test.ts',
-    'test/admin-status-switch.test.ts'
+    'test/admin/status-switch.test.ts'
   ],
   // Measured 97.18 % (2026-11-24, after the first full run's survivors were killed or marked).
   breakAt: 95

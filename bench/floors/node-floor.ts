@@ -1,5 +1,5 @@
 // A floor for the benchmark, not a product: the least a Node.js proxy for this workload
-// can do. node:http in front, undici's Pool.dispatch() behind (as src/forward.ts uses it),
+// can do. node:http in front, undici's Pool.dispatch() behind (as src/upstream/forward.ts uses it),
 // a static Bearer header, hop-by-hop `connection` dropped, the answer written straight
 // to the response. No routing, no hooks, no logging, no metrics, no checks of any kind.
 //

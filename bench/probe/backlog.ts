@@ -8,7 +8,7 @@
 //
 // (Node 24 strips the types; the built dist/bench/probe/backlog.js runs too.) 511 is Node's
 // default backlog, which the sidecar's admin listener keeps; its proxy listener's follows
-// MAX_CONNECTIONS (src/overload.ts, proxyBacklog). The kernel caps both at net.core.somaxconn.
+// MAX_CONNECTIONS (src/overload/manager.ts, proxyBacklog). The kernel caps both at net.core.somaxconn.
 import { execFile, execFileSync } from 'node:child_process'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'

@@ -3,7 +3,7 @@
 // asks meanwhile — through the quota guard, as any send. What happens to TI's answer is fill.ts's.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { QuotaGuard, Verdict } from '../quota/guard.js'
-import type { CacheOption, Rule } from '../quota/rules.js'
+import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
 import { asksForFresh, cacheKey, varyMatches, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'

@@ -2,7 +2,7 @@
 // caller's answer: whether TI's answer may be stored, what the caller is told in Cache-Status,
 // and when a stored answer stands in for TI's failure (RFC 5861's stale-if-error). Everyone
 // waiting for the fill gets its outcome through `settle`, whatever became of its own caller.
-import type { CacheOption, Rule } from '../quota/rules.js'
+import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
 import type { Flight } from './flights.js'
 import { cacheStatus, decide, withUpstream, type CacheKey, type Decision, type StatusParams } from './policy.js'

@@ -4,7 +4,7 @@
 // the status codes) come from http-cache-semantics; the rule's `cache=` and `stale=` bound them.
 import { createHash } from 'node:crypto'
 import CachePolicy from 'http-cache-semantics'
-import type { CacheOption } from '../quota/rules.js'
+import type { CacheOption } from '../config/rate-limit-rules.js'
 
 type Headers = Record<string, string | string[] | undefined>
 

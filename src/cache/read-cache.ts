@@ -3,7 +3,7 @@
 // used evicted) and, when Redis is configured, in Redis for the whole fleet. Concurrent misses
 // for one key make one upstream call: the first request fetches (a flight), the others wait
 // for its answer. What is admitted, refused or counted is still the quota guard's business
-// (src/proxy.ts asks it for every fetch); nothing here sends anything upstream.
+// (src/proxy/plugin.ts asks it for every fetch); nothing here sends anything upstream.
 import type { ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'

@@ -2,7 +2,7 @@
 // serves every sidecar), on a connection of their own. Loaded with a dynamic import() only
 // when RATE_LIMIT_REDIS_URL(_FILE) is set. Every failure here is a miss: the cache is an
 // optimisation, and a sidecar that cannot read Redis goes to its own copies and the budget.
-import { openRedis, type RedisConnectionOptions } from '../quota/redis-client.js'
+import { openRedis, type RedisConnectionOptions } from '../redis/connection.js'
 import { decodeEntry, encodeEntry, lifetimeMs, type Entry } from './entries.js'
 
 export interface SharedCacheOptions extends RedisConnectionOptions {

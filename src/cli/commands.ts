@@ -1,6 +1,6 @@
 // The command line: the commands and their help, and argv parsed into what to do.
 import { parseArgs } from 'node:util'
-import { buildInfo } from '../version.js'
+import { buildInfo } from '../config/build-info.js'
 import { CONFIG_POINTER, type Command } from './command.js'
 
 const SIDECAR_COMMANDS: Record<string, Command> = {

@@ -1,13 +1,13 @@
 // The sidecar's commands: `serve` (listen, then shut down gracefully) and what it prints.
-import { egressSummary } from '../egress-proxy.js'
+import { egressSummary } from '../egress/route.js'
 import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import type { App } from '../app.js'
 import type { Config } from '../config/load.js'
 import type { Env } from '../config/parse-env.js'
-import { proxyBacklog } from '../overload.js'
-import { redisDisplayUrl } from '../quota/settings.js'
-import { buildInfo } from '../version.js'
+import { proxyBacklog } from '../overload/manager.js'
+import { redisDisplayUrl } from '../config/rate-limits.js'
+import { buildInfo } from '../config/build-info.js'
 import { configOrExit, listenOrExit } from './exit.js'
 
 /** The sidecar's configuration, loaded on demand: it imports the token client, and with it undici. */

@@ -1,5 +1,5 @@
-import { loadEgressProxy, type EgressProxy } from '../egress-proxy.js'
-import { checkRateLimits, type RateLimitConfig } from '../quota/settings.js'
+import { loadEgressProxy, type EgressProxy } from '../egress/route.js'
+import { checkRateLimits, type RateLimitConfig } from './rate-limits.js'
 import { TOKEN_PATH } from '../token/token-client.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
@@ -45,7 +45,7 @@ export interface Config {
   /** New connections beyond this many open get 503 OVERLOADED and are closed; 0 for no bound. */
   readonly maxConnections: number
   readonly accessLog: boolean
-  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress-proxy.ts). */
+  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress/route.ts). */
   readonly egressProxy: EgressProxy
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module'
 import type EnvSchema from 'env-schema'
-import { readSecretFileSync, SecretFileError } from '../secret-file.js'
+import { readSecretFileSync, SecretFileError } from './secret-file.js'
 import { MAX_DURATION_MS, NODE_TIMER_MAX_MS, type EnvOf } from './schema.js'
 
 export type Env = Record<string, string | undefined>
@@ -8,7 +8,7 @@ export type Env = Record<string, string | undefined>
 /** Reads a file named by a `*_FILE` variable at start; config checks take it as a parameter for tests. */
 export type ReadFileSync = (path: string) => string
 
-// Regular files only, size-capped, never blocking on a FIFO (src/secret-file.ts).
+// Regular files only, size-capped, never blocking on a FIFO (src/config/secret-file.ts).
 export const defaultReadFileSync: ReadFileSync = readSecretFileSync
 
 /** Every problem found in one configuration, in one error; no message ever holds a credential. */

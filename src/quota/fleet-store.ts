@@ -21,7 +21,7 @@ import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import { createLedger, type OpenSend } from './ledger.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
-import type { Limit, Rule } from './rules.js'
+import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 
 /** The fleet protocol's timing; tests shorten it. */

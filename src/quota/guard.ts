@@ -4,12 +4,12 @@
 // or the fleet through Redis with the local ledger as insurance) is the store's business.
 import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
-import type { RateLimitConfig } from './settings.js'
+import type { RateLimitConfig } from '../config/rate-limits.js'
 import type { Metrics } from '../metrics.js'
 import { isRateLimitFault } from './apigee-fault.js'
 import type { FleetStatus, FleetStore } from './fleet-store.js'
 import { retryAfterMs, retryAfterSeconds } from './retry-after.js'
-import { matchRule, type Limit, type Rule } from './rules.js'
+import { matchRule, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createLocalStore, UPSTREAM_SCOPE, type Cooldowns, type Store, type Take } from './store.js'
 
 export { UPSTREAM_SCOPE }

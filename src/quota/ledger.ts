@@ -3,7 +3,7 @@
 // own spend, and a Redis that comes back (or lost its data) can be told again. Pure: no I/O,
 // time read from the injected monotonic clock.
 import type { Clock } from '../clock.js'
-import type { Limit } from './rules.js'
+import type { Limit } from '../config/rate-limit-rules.js'
 
 /** One upstream send: an id unique in the fleet, and when it was admitted (monotonic ms). */
 export interface Send {

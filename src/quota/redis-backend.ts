@@ -11,8 +11,8 @@
 import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { Clock } from '../clock.js'
-import { openRedis } from './redis-client.js'
-import type { Limit } from './rules.js'
+import { openRedis } from '../redis/connection.js'
+import type { Limit } from '../config/rate-limit-rules.js'
 import type { CooldownRequest } from './store.js'
 
 // Shared by the scripts: Redis's clock in ms; the caller's deadline (a command that waited in

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.js'
 import { createLedger, type Ledger } from './ledger.js'
-import type { Limit } from './rules.js'
+import type { Limit } from '../config/rate-limit-rules.js'
 
 /** The scope of a request that matches no rule: with no rules at all, the whole upstream cools down. */
 export const UPSTREAM_SCOPE = 'upstream'

@@ -1,5 +1,5 @@
 import { credentialProblem, trimCredential, type CredentialSource } from '../config/credentials.js'
-import { readSecretFile } from '../secret-file.js'
+import { readSecretFile } from '../config/secret-file.js'
 import type { Credentials } from './token-client.js'
 
 export type ReadFile = (path: string) => Promise<string>

@@ -1,6 +1,6 @@
 // `cache=` and `stale=` in RATE_LIMITS: what they mean, and every way to get them wrong.
 import t from 'tap'
-import { parseRules } from '../../src/quota/rules.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
 

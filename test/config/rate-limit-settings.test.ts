@@ -5,8 +5,8 @@ import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { parseEnv } from '../../src/config/parse-env.js'
 import { schema, type RawEnv } from '../../src/config/schema.js'
-import { checkRateLimits, redisDisplayUrl, rereadRedisUrl } from '../../src/quota/settings.js'
-import { SecretFileError } from '../../src/secret-file.js'
+import { checkRateLimits, redisDisplayUrl, rereadRedisUrl } from '../../src/config/rate-limits.js'
+import { SecretFileError } from '../../src/config/secret-file.js'
 import { problemsOf as problems } from './problems.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { schema } from '../../src/config/schema.js'
-import { EGRESS_VARIABLES } from '../../src/egress-proxy.js'
+import { EGRESS_VARIABLES } from '../../src/egress/route.js'
 
 interface Property { type: string, default?: unknown, minimum?: number, maximum?: number, minLength?: number, enum?: readonly string[] }
 

@@ -5,7 +5,7 @@
 import t from 'tap'
 import { listenHost } from '../../src/config/listeners.js'
 import { loadConfig } from '../../src/config/load.js'
-import { parseRules } from '../../src/quota/rules.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { problemsOf as problems } from './problems.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }

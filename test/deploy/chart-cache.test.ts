@@ -4,7 +4,7 @@
 // `cache=` / `stale=` accepted by the schema and by the sidecar's own parser, malformed ones
 // refused. Each on a real render validated against Kubernetes' schemas (chart-helm.ts).
 import t from 'tap'
-import { parseRules } from '../../src/quota/rules.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { CHART, envOf, one, packagedParent, refusal, render, sidecarOf, type JsonObject } from './chart-helm.js'
 import { CI } from './chart-expect.js'
 

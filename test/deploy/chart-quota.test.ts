@@ -6,7 +6,7 @@
 // rules file read by the sidecar's own parser.
 import { createHash } from 'node:crypto'
 import t from 'tap'
-import { parseRules } from '../../src/quota/rules.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 import {
   CHART, envOf, helmTemplate, ofKind, one, packagedParent, podSpec, refusal, render, sidecarOf,
   type Container, type JsonObject, type K8s

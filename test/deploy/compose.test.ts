@@ -8,8 +8,8 @@ import { parse } from 'yaml'
 import { shippedNodeFlags } from '../../bench/lib/shipped.js'
 import { trimCredential } from '../../src/config/credentials.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
-import { loadEgressProxy, routeFor } from '../../src/egress-proxy.js'
-import { parseRules } from '../../src/quota/rules.js'
+import { loadEgressProxy, routeFor } from '../../src/egress/route.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
@@ -276,8 +276,8 @@ t.test('Dockerfile: one version (package.json\'s), a build-time revision, both i
   t.same([...dockerfile.matchAll(/^ARG REVISION=(\S+)$/gm)].map((m) => m[1]), ['unknown', 'unknown'])
   const build = dockerfile.slice(0, dockerfile.indexOf('\nFROM ', dockerfile.indexOf('AS build')))
   t.match(build, /require\("\.\/package\.json"\)\.version[^\n]*process\.exit\(1\)[^\n]*"\$VERSION"/, 'the build refuses a VERSION other than package.json\'s')
-  t.match(build, /printf '%s\\n' "\$REVISION" > dist\/REVISION/, 'the revision goes where src/version.ts reads it')
-  t.match(read('src/version.ts'), /readText\('\.\/REVISION'\)/)
+  t.match(build, /printf '%s\\n' "\$REVISION" > dist\/REVISION/, 'the revision goes where src/config/build-info.ts reads it')
+  t.match(read('src/config/build-info.ts'), /readText\('\.\.\/REVISION'\)/)
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
   t.match(runtime, /org\.opencontainers\.image\.version="\$\{VERSION\}"/)
   t.match(runtime, /org\.opencontainers\.image\.revision="\$\{REVISION\}"/)

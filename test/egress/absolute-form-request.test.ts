@@ -1,5 +1,5 @@
 import t from 'tap'
-import { absoluteFormRequest } from '../../src/egress-connection.js'
+import { absoluteFormRequest } from '../../src/egress/connection.js'
 
 // The rewrite for the absolute form, whatever shape the request's headers have: the path
 // becomes the target's URL, Proxy-Authorization is added, nothing else changes. Pure.

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { bypassesProxy, isLoopback, loadEgressProxy, parseProxyUrl, proxyDisplayUrl, routeDisplay, routeFor } from '../../src/egress-proxy.js'
+import { bypassesProxy, isLoopback, loadEgressProxy, parseProxyUrl, proxyDisplayUrl, routeDisplay, routeFor } from '../../src/egress/route.js'
 
 // The variables, read the standard way, and which way each target goes: pure, no sockets.
 

@@ -8,7 +8,7 @@ import { startUpstream } from '../helpers/upstream.js'
 // An upstream that answers before reading the body, and an answer held back and then
 // cut by a reset. The socket states are driven, not raced: the upstream writes its
 // answer and only then resets the connection, so the sidecar's next body write fails
-// while the answer waits unread (src/upstream-socket.ts; test/upstream-socket.test.ts
+// while the answer waits unread (src/upstream/socket-internals.ts; test/upstream/socket-internals.test.ts
 // drives the same states on one socket).
 
 /** Uploads `bytes` in 64 KiB writes and resolves with the answer, or the error the caller saw. */

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { request } from 'undici'
-import { REPLAY_BODY_MAX_BYTES } from '../../src/proxy.js'
+import { REPLAY_BODY_MAX_BYTES } from '../../src/proxy/plugin.js'
 import { build, startStandIn } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { startFaultyTokenEndpoint } from '../helpers/faulty-token-endpoint.js'

@@ -4,7 +4,7 @@
 // The backlog a socket listens with is what `ss -lt` shows as Send-Q.
 import { spawnSync } from 'node:child_process'
 import t from 'tap'
-import { DEFAULT_BACKLOG, proxyBacklog } from '../../src/overload.js'
+import { DEFAULT_BACKLOG, proxyBacklog } from '../../src/overload/manager.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
 

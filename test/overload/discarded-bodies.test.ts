@@ -5,7 +5,7 @@
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import t from 'tap'
-import { DISCARD_COLLECT_BYTES } from '../../src/overload.js'
+import { DISCARD_COLLECT_BYTES } from '../../src/overload/manager.js'
 import { startSidecar } from '../helpers/build.js'
 import { rawRequest } from '../helpers/raw-http.js'
 import { startUpstream } from '../helpers/upstream.js'

@@ -3,7 +3,7 @@
 import { constants, performance, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
-import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, DISCARD_COLLECT_BYTES, fullCollection, liveBytes, PRIVATE_CLEAR, PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, youngCollection } from '../../src/overload.js'
+import { ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, createOverloadManager, DISCARD_COLLECT_BYTES, fullCollection, liveBytes, PRIVATE_CLEAR, PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, youngCollection } from '../../src/overload/manager.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 import type { Registry } from 'prom-client'

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
-import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readPrivateBytes, readUsageBytes, type ReadSystemFile } from '../../src/memory-limit.js'
+import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readPrivateBytes, readUsageBytes, type ReadSystemFile } from '../../src/overload/memory-limit.js'
 
 const MiB = 1024 * 1024
 const files = (contents: Record<string, string>): ReadSystemFile => (path) => contents[path]

@@ -4,7 +4,7 @@
 // by itself once a sample sees the memory fall.
 import t from 'tap'
 import { request } from 'undici'
-import { PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_WATER, REQUEST_COST } from '../../src/overload.js'
+import { PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_WATER, REQUEST_COST } from '../../src/overload/manager.js'
 import { startSidecar } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { metricValue } from '../helpers/metrics.js'

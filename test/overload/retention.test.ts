@@ -4,7 +4,7 @@
 import t from 'tap'
 import { Pool } from 'undici'
 import { startLoadUpstream } from '../../bench/lib/four-loads.js'
-import { fullCollection, liveBytes } from '../../src/overload.js'
+import { fullCollection, liveBytes } from '../../src/overload/manager.js'
 import { startSidecar } from '../helpers/build.js'
 
 const CALLERS = 300

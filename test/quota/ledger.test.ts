@@ -1,7 +1,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { createLedger } from '../../src/quota/ledger.js'
-import { parseLimit, type Limit } from '../../src/quota/rules.js'
+import { parseLimit, type Limit } from '../../src/config/rate-limit-rules.js'
 import { createCooldowns, createLocalStore, createSendIds } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 

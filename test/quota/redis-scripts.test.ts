@@ -8,7 +8,7 @@ import t, { type Test } from 'tap'
 import type { Clock } from '../../src/clock.js'
 import { systemClock } from '../../src/clock.js'
 import { createRedisStore, redisAuthProblem, type Member } from '../../src/quota/redis-backend.js'
-import type { Limit } from '../../src/quota/rules.js'
+import type { Limit } from '../../src/config/rate-limit-rules.js'
 import { eventually } from '../helpers/eventually.js'
 import { startRedis, type FaultyRedis } from '../helpers/redis.js'
 

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { startRedis } from '../helpers/redis.js'
 import { answer, backendOf, eventually, quotaSidecar } from './sidecar.js'
-import { parseRules } from '../../src/quota/rules.js'
+import { parseRules } from '../../src/config/rate-limit-rules.js'
 
 t.test('a limit written twice in a rule (once charged twice per send: 2/1m 2/1m allowed 1) is refused', async (t) => {
   const { rules, problems } = parseRules('GET /v2/store/x 2/1m 2/1m', 'RATE_LIMITS')

@@ -2,7 +2,7 @@
 // said once), which earlier rules hide a later one, and patterns that must not match
 // requests shorter or longer than they are.
 import t from 'tap'
-import { matchRule, parseRules } from '../../src/quota/rules.js'
+import { matchRule, parseRules } from '../../src/config/rate-limit-rules.js'
 
 const problemsOf = (text: string): string[] => parseRules(text, 'RATE_LIMITS').problems
 const idsOf = (text: string): string[] => parseRules(text, 'RATE_LIMITS').rules.map((r) => r.id)

@@ -2,7 +2,7 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
-import { matchRule, matchSegments, parseLimit, parseRules } from '../../src/quota/rules.js'
+import { matchRule, matchSegments, parseLimit, parseRules } from '../../src/config/rate-limit-rules.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
 const noFiles = (path: string): string => { throw Object.assign(new Error(`no file ${path}`), { code: 'ENOENT' }) }

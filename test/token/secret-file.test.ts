@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { readSecretFile, readSecretFileSync, SECRET_FILE_MAX_BYTES } from '../../src/secret-file.js'
+import { readSecretFile, readSecretFileSync, SECRET_FILE_MAX_BYTES } from '../../src/config/secret-file.js'
 
 // A secret file that is not a small regular file fails fast, with
 // a reason naming the path and the problem, never the content; nothing hangs.

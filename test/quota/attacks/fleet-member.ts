@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createMetrics } from '../../../src/metrics.js'
 import { createFleetStore, type FleetTiming } from '../../../src/quota/fleet-store.js'
 import { createRedisStore, type RedisStore } from '../../../src/quota/redis-backend.js'
-import { parseRules, type Rule } from '../../../src/quota/rules.js'
+import { parseRules, type Rule } from '../../../src/config/rate-limit-rules.js'
 import { fakeClock } from '../../helpers/fake-clock.js'
 
 /** The fleet starts on an empty Redis (no grace: the suite does the same). Long enough that real time passing between steps never makes a script late or a presence lapse. */

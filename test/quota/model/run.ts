@@ -12,7 +12,7 @@
 //   cache: an answer from the read cache (`Cache-Status: ...; hit` without `fwd=`) is zero
 //       sends (its call never reaches the upstream), and every cached answer carries the
 //       bytes TI gave to a real fetch of that path (a stored one: its own fetch's).
-import { RECONNECT_MAX_MS } from '../../../src/quota/redis-client.js'
+import { RECONNECT_MAX_MS } from '../../../src/redis/connection.js'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'

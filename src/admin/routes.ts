@@ -1,0 +1,100 @@
+import type { FastifyInstance } from 'fastify'
+import { systemClock, type Clock } from '../clock.js'
+import type { Metrics } from '../metrics.js'
+import type { QuotaGuard } from '../quota/guard.js'
+import type { ReadCache } from '../cache/read-cache.js'
+import type { OverloadManager } from '../overload/manager.js'
+import { statusDocument, type ConfigSummary } from './status.js'
+import type { TokenManager, TokenState } from '../token/token-manager.js'
+
+export interface AdminOptions {
+  tokens: Pick<TokenManager, 'state'>
+  metrics: Metrics
+  /** Where budgets and cool-downs live, for /readyz's reason and /status. */
+  quota?: Pick<QuotaGuard, 'status' | 'readinessNote'>
+  /** The read cache, when a rule has cache=: its copies on /status. */
+  cache?: Pick<ReadCache, 'status'>
+  /** The overload manager: /readyz's reason while it sheds, and /status. */
+  overload?: Pick<OverloadManager, 'status' | 'readinessNote'>
+  isDraining: () => boolean
+  /** Shown on /status. */
+  version: string
+  /** The effective configuration, credentials only as their origin (status.ts configSummary). */
+  config: ConfigSummary
+  /** Serve /status (default true); false leaves it unrouted, so it answers 404. */
+  statusEndpoint?: boolean
+  clock?: Clock
+}
+
+/**
+ * Readiness, decided from the token state. Not ready until the first token is held.
+ * After that, an outage of the token endpoint alone does not make the sidecar
+ * unready: every replica shares the same IdP, so failing readiness would pull every
+ * pod of the service out of rotation at once, for endpoints that never call TI too.
+ * Callers get 503 TOKEN_UNAVAILABLE per request instead. Wrong credentials are
+ * different — an operator's error that must show — so they fail readiness once no
+ * valid token is left.
+ */
+export function readiness (state: TokenState, draining: boolean): { ready: boolean, reason: string } {
+  if (draining) return { ready: false, reason: 'shutting down' }
+  if (state.hasValidToken) return { ready: true, reason: 'token held' }
+  if (state.credentialsRejected) return { ready: false, reason: 'client credentials rejected by the token endpoint' }
+  if (state.lastFailure === 'proxy_rejected') return { ready: false, reason: 'egress proxy refused our credentials' }
+  if (!state.everHadToken) return { ready: false, reason: 'waiting for the first access token' }
+  return { ready: true, reason: 'token endpoint unavailable; callers get 503 until it recovers' }
+}
+
+/** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
+export async function adminRoutes (
+  app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
+): Promise<void> {
+  const startedAt = clock.now()
+
+  app.get('/livez', async () => ({ status: 'ok' }))
+
+  app.get('/readyz', async (_request, reply) => {
+    const state = tokens.state()
+    const { ready, reason } = readiness(state, isDraining())
+    // Redis unreachable leaves the sidecar ready (limits go on in memory): said, not failed.
+    const note = quota?.readinessNote()
+    // Shedding leaves it ready too: it is load, which pulling the pod would move to the others.
+    const notes = [reason, note, overload?.readinessNote()].filter((text) => text !== undefined)
+    reply.code(ready ? 200 : 503)
+    return {
+      status: ready ? 'ready' : 'not ready',
+      reason: notes.join('; '),
+      ...(quota === undefined ? {} : { rateLimits: { backend: quota.status().backend, note: note ?? null } }),
+      token: {
+        valid: state.hasValidToken,
+        expiresAt: state.expiresAt === undefined ? null : new Date(state.expiresAt).toISOString(),
+        consecutiveFailures: state.consecutiveFailures,
+        lastFailure: state.lastFailure ?? null
+      }
+    }
+  })
+
+  // Always 200: the answer is about the sidecar, not a probe (readiness is in the body).
+  // It needs no authentication and names URLs, paths and rules: STATUS_ENDPOINT=false turns it off.
+  if (statusEndpoint) {
+    app.get('/status', async (_request, reply) => {
+      const token = tokens.state()
+      reply.header('cache-control', 'no-store')
+      return statusDocument({
+        version,
+        uptimeMs: clock.now() - startedAt,
+        wallNow: clock.wallNow(),
+        token,
+        readiness: readiness(token, isDraining()),
+        config,
+        ...(quota === undefined ? {} : { rateLimits: quota.status() }),
+        ...(cache === undefined ? {} : { cache: cache.status() }),
+        ...(overload === undefined ? {} : { overload: overload.status() })
+      })
+    })
+  }
+
+  app.get('/metrics', async (_request, reply) => {
+    reply.type(metrics.registry.contentType)
+    return metrics.registry.metrics()
+  })
+}

@@ -1,0 +1,169 @@
+// The quota guard's settings: RATE_LIMITS(_FILE) and RATE_LIMIT_*, read from the environment
+// that src/config/ has typed (their schema entries, defaults and limits are there).
+import { type RawEnv } from './schema.js'
+import { type ReadFileSync } from './parse-env.js'
+import { trimCredential } from './credentials.js'
+import { SecretFileError } from './secret-file.js'
+import { parseRules, type Rule } from './rate-limit-rules.js'
+
+/** The quota guard's settings (src/quota/). */
+export interface RateLimitConfig {
+  /** Budget rules in the order given; the first matching one wins. */
+  readonly rules: readonly Rule[]
+  /** Where the rules came from: `RATE_LIMITS`, `RATE_LIMITS_FILE (path)`, or undefined for none. */
+  readonly rulesSource: string | undefined
+  /** A request over budget waits at most this long for it to free; 0 = never waits. */
+  readonly maxWaitMs: number
+  /** The first cool-down after a rate-limit answer without a usable Retry-After; 0 disables cool-downs. */
+  readonly cooldownMs: number
+  /** Cap on Retry-After and on the backoff. */
+  readonly cooldownMaxMs: number
+  /** The Redis URL, credentials included: never log or show it (see redisDisplayUrl). */
+  readonly redisUrl: string | undefined
+  /** Where the URL came from (RATE_LIMIT_REDIS_URL, or the file's path). */
+  readonly redisUrlSource: string | undefined
+  /** RATE_LIMIT_REDIS_URL_FILE: re-read before each reconnection, so a rotated password is picked up. */
+  readonly redisUrlFile: string | undefined
+  /** A Redis command slower than this counts as a failure (degraded mode). */
+  readonly redisTimeoutMs: number
+  /**
+   * The most sidecars on this credential that run at once (RATE_LIMIT_FLEET_SIZE); 0 when
+   * unset (then a sidecar cut off from Redis spends nothing). Cut off, it spends limit / size.
+   */
+  readonly fleetSize: number
+  /** CACHE_MAX_BYTES: the read cache's copies in this sidecar's memory, at most (used only by rules with cache=). */
+  readonly cacheMaxBytes: number
+  /** CACHE_ENTRY_MAX_BYTES: a larger answer is passed on as it comes, not stored. */
+  readonly cacheEntryMaxBytes: number
+}
+
+/** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
+export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFileSync, problems: string[]): RateLimitConfig | undefined {
+  const before = problems.length
+  const { rules, rulesSource } = readRules(raw, readFile, problems)
+
+  let redisUrl: string | undefined
+  let redisUrlSource: string | undefined
+  const urlValue = raw.RATE_LIMIT_REDIS_URL
+  const urlFile = raw.RATE_LIMIT_REDIS_URL_FILE
+  if (urlValue !== undefined && urlValue !== '' && urlFile !== undefined && urlFile !== '') {
+    problems.push('RATE_LIMIT_REDIS_URL: set either RATE_LIMIT_REDIS_URL or RATE_LIMIT_REDIS_URL_FILE, not both')
+  } else if (urlFile !== undefined && urlFile !== '') {
+    try {
+      const url = trimCredential(readFile(urlFile)).trim()
+      const problem = redisUrlProblem(url)
+      if (problem === undefined) {
+        redisUrl = url
+        redisUrlSource = `RATE_LIMIT_REDIS_URL_FILE (${urlFile})`
+      } else {
+        problems.push(`RATE_LIMIT_REDIS_URL_FILE: in ${urlFile}, the URL ${problem}`)
+      }
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMIT_REDIS_URL_FILE: ${err.message}`
+        : `RATE_LIMIT_REDIS_URL_FILE: cannot read ${urlFile} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+  } else if (urlValue !== undefined && urlValue !== '') {
+    const problem = redisUrlProblem(urlValue)
+    if (problem === undefined) {
+      redisUrl = urlValue
+      redisUrlSource = 'RATE_LIMIT_REDIS_URL'
+    } else {
+      problems.push(`RATE_LIMIT_REDIS_URL: ${problem}`)
+    }
+  }
+
+  if (typed && raw.RATE_LIMIT_COOLDOWN_MS > raw.RATE_LIMIT_COOLDOWN_MAX_MS) {
+    problems.push('RATE_LIMIT_COOLDOWN_MS: must not exceed RATE_LIMIT_COOLDOWN_MAX_MS')
+  }
+  if (typed && raw.CACHE_ENTRY_MAX_BYTES > raw.CACHE_MAX_BYTES) {
+    problems.push('CACHE_ENTRY_MAX_BYTES: must not exceed CACHE_MAX_BYTES')
+  }
+  if (!typed || problems.length > before) return undefined
+  return Object.freeze({
+    rules: Object.freeze(rules),
+    rulesSource,
+    maxWaitMs: raw.RATE_LIMIT_MAX_WAIT_MS,
+    cooldownMs: raw.RATE_LIMIT_COOLDOWN_MS,
+    cooldownMaxMs: raw.RATE_LIMIT_COOLDOWN_MAX_MS,
+    redisUrl,
+    redisUrlSource,
+    redisUrlFile: redisUrlSource === undefined || redisUrlSource === 'RATE_LIMIT_REDIS_URL' ? undefined : urlFile,
+    redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
+    fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0,
+    cacheMaxBytes: raw.CACHE_MAX_BYTES,
+    cacheEntryMaxBytes: raw.CACHE_ENTRY_MAX_BYTES
+  })
+}
+
+/** RATE_LIMITS or RATE_LIMITS_FILE (not both): the rules, and where they came from. */
+function readRules (raw: RawEnv, readFile: ReadFileSync, problems: string[]): { rules: Rule[], rulesSource: string | undefined } {
+  const inline = raw.RATE_LIMITS
+  const file = raw.RATE_LIMITS_FILE
+  let rules: Rule[] = []
+  let rulesSource: string | undefined
+  if (inline !== undefined && inline.trim() !== '' && file !== undefined && file !== '') {
+    problems.push('RATE_LIMITS: set either RATE_LIMITS or RATE_LIMITS_FILE, not both')
+  } else if (file !== undefined && file !== '') {
+    let text: string | undefined
+    try {
+      text = readFile(file)
+    } catch (err) {
+      problems.push(err instanceof SecretFileError
+        ? `RATE_LIMITS_FILE: ${err.message}`
+        : `RATE_LIMITS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    }
+    if (text !== undefined) {
+      const parsed = parseRules(text, `RATE_LIMITS_FILE (${file})`, { fromFile: true })
+      rules = parsed.rules
+      problems.push(...parsed.problems)
+      rulesSource = `RATE_LIMITS_FILE (${file})`
+    }
+  } else if (inline !== undefined && inline.trim() !== '') {
+    const parsed = parseRules(inline, 'RATE_LIMITS')
+    rules = parsed.rules
+    problems.push(...parsed.problems)
+    rulesSource = 'RATE_LIMITS'
+  }
+  return { rules, rulesSource }
+}
+
+/**
+ * The Redis URL in RATE_LIMIT_REDIS_URL_FILE as it is now (for a reconnection after the
+ * password was rotated), or undefined when the file cannot be read or holds no valid URL:
+ * then the URL in use stays.
+ */
+export function rereadRedisUrl (file: string, readFile: ReadFileSync): string | undefined {
+  try {
+    const url = trimCredential(readFile(file)).trim()
+    return redisUrlProblem(url) === undefined ? url : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** What is wrong with a Redis URL, never repeating it (it may hold a password). */
+function redisUrlProblem (value: string): string | undefined {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    return 'is not a valid URL'
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') return 'must be a redis:// or rediss:// URL'
+  if (url.hostname === '') return 'must name a host'
+  if (url.search !== '' || url.hash !== '') return 'must not contain a query string or fragment'
+  if (url.pathname !== '' && url.pathname !== '/' && !/^\/\d+$/.test(url.pathname)) return 'may only have a database number as its path (/0)'
+  return undefined
+}
+
+/** A Redis URL as it may be shown: `scheme://host:port`, never the user, password or path. */
+export function redisDisplayUrl (value: string): string {
+  try {
+    const url = new URL(value)
+    const port = url.port === '' ? '6379' : url.port
+    return `${url.protocol}//${url.hostname}:${port}`
+  } catch {
+    return 'redis://(invalid)'
+  }
+}

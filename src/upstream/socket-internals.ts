@@ -1,0 +1,108 @@
+// Everything that relies on undici's or Node's internals, in one place.
+//
+// What it relies on:
+// - undici's client-h1 `onHttpSocketError` takes an ECONNRESET on a connection that will
+//   not be kept alive as the end of the message (a macOS quirk), and the 'error' listener
+//   added in the Pool's `connect` runs before undici's own on the same socket
+//   (createResetWatch).
+// - Node's net.Socket writes through the overridable `_write` / `_writev` methods, and
+//   fails the whole socket, reading included, when one of them reports an error
+//   (keepReadingAfterWriteError).
+// - Node's http server sets the undocumented `socket._httpMessage` to the ServerResponse
+//   of the exchange under way on a connection (pendingResponse).
+//
+// Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
+// upgrade of either must run these tests, which fail if an assumption breaks:
+// - test/upstream/socket-internals.test.ts (each function, driven step by step);
+// - test/faults/early-answer.test.ts (an upstream's early 413 before the upload ends);
+// - test/faults/upstream-protocol.test.ts (a reset mid-body of a close-delimited answer,
+//   held back or not);
+// - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed).
+import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+
+/** Whether undici is, at this moment, ending a message because of an ECONNRESET. */
+export interface ResetWatch {
+  /** Adds the listener to a new upstream socket, before undici adds its own. */
+  watch: (socket: Socket) => void
+  /** True only while undici handles a reset as the end of a message (see onResponseEnd in forward.ts). */
+  resetting: () => boolean
+}
+
+/**
+ * undici takes an ECONNRESET on a connection that will not be kept alive as the end of
+ * the message (client-h1 onHttpSocketError). For an answer whose end is the connection's
+ * close, that would pass a reset mid-body off as a complete answer (RFC 9112 §8: an
+ * incomplete message must be seen as incomplete). The listener runs just before
+ * undici's on the same socket, so `resetting` is true exactly while undici ends the
+ * message on a reset. One flag serves the whole pool: undici handles one socket's error
+ * synchronously, and the flag is cleared on the next tick.
+ */
+export function createResetWatch (): ResetWatch {
+  let resetting = false
+  const endResetting = (): void => { resetting = false }
+  const onSocketError = (err: NodeJS.ErrnoException): void => {
+    if (err.code !== 'ECONNRESET') return
+    resetting = true
+    process.nextTick(endResetting)
+  }
+  return {
+    watch: (socket) => { socket.on('error', onSocketError) },
+    resetting: () => resetting
+  }
+}
+
+type WriteCallback = (err?: Error | null) => void
+/** The two methods of Node's net.Socket through which every write goes. */
+export interface SocketWrites {
+  _write: (chunk: unknown, encoding: BufferEncoding, cb: WriteCallback) => void
+  _writev: (chunks: unknown, cb: WriteCallback) => void
+}
+
+/**
+ * An upstream that answers before reading the whole body (its own 413 for a large
+ * upload) and then closes makes the next body write fail (EPIPE, ECONNRESET) while
+ * its answer may still sit unread in the socket. Node fails the whole socket on a
+ * write error and stops reading, so the caller would get 502 or the answer depending
+ * on timing. Here such a write error only ends the writing: the rest of the body is
+ * dropped, reading goes on, and undici either reads the answer or sees the read fail
+ * (then 502 as before).
+ */
+export function keepReadingAfterWriteError (socket: Socket | SocketWrites): void {
+  const internals = socket as unknown as SocketWrites
+  const write = internals._write
+  const writev = internals._writev
+  let writeFailed = false
+  const guard = (cb: WriteCallback): WriteCallback => (err) => {
+    const code = (err as NodeJS.ErrnoException | null | undefined)?.code
+    if (code === 'EPIPE' || code === 'ECONNRESET') {
+      writeFailed = true
+      cb()
+      return
+    }
+    cb(err)
+  }
+  internals._write = function (chunk, encoding, cb) {
+    if (writeFailed) cb()
+    else write.call(this, chunk, encoding, guard(cb))
+  }
+  internals._writev = function (chunks, cb) {
+    if (writeFailed) cb()
+    else writev.call(this, chunks, guard(cb))
+  }
+}
+
+/** Both workarounds, for each new socket of the upstream pool. */
+export function guardUpstreamSocket (socket: Socket, resets: ResetWatch): void {
+  resets.watch(socket)
+  keepReadingAfterWriteError(socket)
+}
+
+/**
+ * The ServerResponse of the exchange under way on a caller's connection, if any: Node's
+ * clientError handler gets only the socket, and an exchange whose head was parsed (its
+ * body then failed to parse) must answer, and count itself, through its own response.
+ */
+export function pendingResponse (socket: unknown): ServerResponse | null {
+  return (socket as { _httpMessage?: ServerResponse | null })._httpMessage ?? null
+}
