@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { FORWARDED_METHODS } from './proxy/http-rules.js'
+import { FORWARDED_METHODS } from './http/rules.js'
 import { buildInfo as currentBuildInfo, type BuildInfo } from './config/build-info.js'
 
 // Every metric the sidecar exports, named in one place. Names follow the

@@ -1,7 +1,7 @@
 import { area } from './base.mjs'
 
 export default area('forwarding', {
-  mutate: ['src/upstream/forward.ts', 'src/proxy/plugin.ts', 'src/proxy/http-rules.ts'],
+  mutate: ['src/upstream/forward.ts', 'src/proxy/plugin.ts', 'src/http/rules.ts'],
   testFiles: [
     // First, so a mutant they kill is settled before the slower files run: what forward.ts,
     // proxy.ts and http-rules.ts promise that the files below leave unstated.
@@ -12,7 +12,7 @@ export default area('forwarding', {
     'test/upstream/connections.test.ts',
     'test/upstream/failure-logs.test.ts',
     'test/proxy/request-target-refusals.test.ts',
-    'test/proxy/http-rules.test.ts',
+    'test/http/rules.test.ts',
     'test/proxy/proxy.test.ts',
     'test/proxy/bodies.test.ts',
     'test/proxy/refusals.test.ts',

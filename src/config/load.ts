@@ -1,11 +1,10 @@
 import { loadEgressProxy, type EgressProxy } from '../egress/route.js'
 import { checkRateLimits, type RateLimitConfig } from './rate-limits.js'
-import { TOKEN_PATH } from '../token/token-client.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogLevel, type RawEnv } from './schema.js'
-import { checkBaseUrl, checkUrl } from './urls.js'
+import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
 
 export interface Config {
   readonly authUrl: string

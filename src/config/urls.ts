@@ -1,3 +1,6 @@
+/** The token endpoint's path below AUTH_URL (the contract, §4.1). */
+export const TOKEN_PATH = '/v1/oauth/accesstoken'
+
 /**
  * Refuses a base URL that already ends in the path the sidecar or its callers add:
  * `AUTH_URL=https://transact.ti.com/v1/oauth/accesstoken` would ask

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import { TOKEN_PATH } from '../token/token-client.js'
+import { TOKEN_PATH } from '../config/urls.js'
 import { CATALOG, findProduct, fullCatalogBody, priced } from './catalog.js'
 
 /**

@@ -9,7 +9,7 @@ import {
   upstreamError, UpstreamRateLimitedError
 } from '../errors.js'
 import { sendHeld, type HeldAnswer, type Upstream } from '../upstream/forward.js'
-import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from './http-rules.js'
+import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from '../http/rules.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from '../metrics.js'
 import type { QuotaGuard, Ticket, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'

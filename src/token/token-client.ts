@@ -1,12 +1,11 @@
 import { request, type Dispatcher } from 'undici'
+import { TOKEN_PATH } from '../config/urls.js'
 import { EgressProxyAuthError, isEgressProxyError } from '../errors.js'
 
 /** The contract's ceiling on a token's life (§5.5, §8): never trust a longer one. */
 export const MAX_TOKEN_LIFETIME_MS = 60 * 60_000
 /** A token-endpoint body larger than this is not a token answer. */
 export const MAX_RESPONSE_BYTES = 64 * 1024
-
-export const TOKEN_PATH = '/v1/oauth/accesstoken'
 
 export interface Credentials {
   clientId: string

@@ -5,7 +5,7 @@ import { Pool, type Dispatcher } from 'undici'
 import { absoluteFormRequest, egressConnection, refusingProxyAuth } from '../egress/connection.js'
 import type { Route } from '../egress/route.js'
 import { UpstreamBadResponseError, UpstreamBusyError } from '../errors.js'
-import { callerResponseHeaders } from '../proxy/http-rules.js'
+import { callerResponseHeaders } from '../http/rules.js'
 import { createResetWatch, guardUpstreamSocket } from './socket-internals.js'
 
 export interface UpstreamRequest {

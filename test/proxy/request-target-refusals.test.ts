@@ -1,5 +1,5 @@
 import t from 'tap'
-import { requestTargetProblem } from '../../src/proxy/http-rules.js'
+import { requestTargetProblem } from '../../src/http/rules.js'
 
 // Request targets refused whatever else they contain: the cases a target with no dot and
 // no percent sign (which skips the decoding) must still meet, and the four-byte overlong

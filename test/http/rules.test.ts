@@ -1,5 +1,5 @@
 import t from 'tap'
-import { callerResponseHeaders, connectionOptions, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from '../../src/proxy/http-rules.js'
+import { callerResponseHeaders, connectionOptions, requestHeadersProblem, requestTargetProblem, upstreamRequestHeaders } from '../../src/http/rules.js'
 
 t.test('request headers: the caller Authorization is replaced, hop-by-hop dropped, the rest untouched', async (t) => {
   const raw = [
