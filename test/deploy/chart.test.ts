@@ -1,6 +1,6 @@
 // The Helm chart's source files: its YAML parses the same way under YAML 1.1 (Helm) and 1.2,
 // the templates only use values that exist, and every value is used, commented and listed
-// in the chart README. Rendering, validation against Kubernetes' schemas and the guards are
+// in docs/kubernetes.md. Rendering, validation against Kubernetes' schemas and the guards are
 // tested on real renders in chart-render, chart-switches and chart-embedding.test.ts.
 import { readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
@@ -131,17 +131,17 @@ t.test('every value in values.yaml is used by a template', async (t) => {
   }
 })
 
-t.test('every value is commented and listed in the chart README values table', async (t) => {
+t.test('every value is commented and listed in the values table of docs/kubernetes.md', async (t) => {
   const documented = documentedValues()
   t.ok(documented.length > 40, `found ${documented.length} values`)
-  const readme = read(join(CHART, 'README.md'))
-  const table = readme.slice(readme.indexOf('\n## Values\n'))
-  t.ok(table.length > 1000, 'the README has a Values section')
+  const doc = read(join(ROOT, 'docs/kubernetes.md'))
+  const table = doc.slice(doc.indexOf('\n## Values\n'))
+  t.ok(table.length > 1000, 'docs/kubernetes.md has a Values section')
   const tableKeys = [...table.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1])
   for (const { path, comment } of documented) {
     t.match(comment, /-- \S/, `${path} has a "# --" comment`)
-    t.ok(tableKeys.includes(path), `${path} is in the README values table`)
+    t.ok(tableKeys.includes(path), `${path} is in the values table`)
   }
   const paths = documented.map((d) => d.path)
-  for (const key of tableKeys) t.ok(paths.includes(key ?? ''), `README row ${key} is a value`)
+  for (const key of tableKeys) t.ok(paths.includes(key ?? ''), `table row ${key} is a value`)
 })
