@@ -13,6 +13,7 @@ import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
 import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
 import { probe } from './cli/healthcheck.js'
+import { refuseUnsupportedRuntime } from './cli/runtime.js'
 
 const HEALTHCHECK_TIMEOUT_MS = 3000
 
@@ -45,6 +46,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
   }
 }
 
+refuseUnsupportedRuntime(process.version, process.stderr, process.exit)
 const invocation = parseInvocation(process.argv.slice(2), commandTable(DEMO_COMMANDS))
 switch (invocation.kind) {
   case 'run':
