@@ -13,7 +13,7 @@ export const REDACT_PATHS = [
   ...SENSITIVE_FIELDS.flatMap((f) => [f, `*.${f}`])
 ]
 
-/** The one logger setup: pino JSON, redacted, to stdout unless a stream is given (tests). */
+/** The one logger setup: pino JSON, redacted, to stdout unless a stream is given (tests, pretty). */
 export function createLogger (level: LogLevel, destination?: DestinationStream): Logger {
   const options = {
     level,
@@ -21,4 +21,25 @@ export function createLogger (level: LogLevel, destination?: DestinationStream):
     redact: { paths: REDACT_PATHS, censor: '[redacted]' }
   }
   return destination === undefined ? pino(options) : pino(options, destination)
+}
+
+/** Where JSON lines go: stdout, written as the event loop allows, flushed at exit (pino's default). */
+export function jsonDestination (): DestinationStream & { flushSync: () => void } {
+  return pino.destination({ dest: 1, sync: false })
+}
+
+/**
+ * Lines for a person (LOG_FORMAT=pretty, or auto on a terminal): time, level and message in
+ * colour, then the fields. pino-pretty is loaded only here. Written synchronously, so every
+ * line is out before the process exits or writes to stderr.
+ */
+export async function prettyDestination (destination: number | NodeJS.WritableStream = 1, colorize?: boolean): Promise<DestinationStream> {
+  const { default: pretty } = await import('pino-pretty')
+  return pretty({
+    destination,
+    sync: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'service',
+    ...(colorize === undefined ? {} : { colorize })
+  })
 }

@@ -21,7 +21,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
   switch (command) {
     case 'serve': {
       const config = await loadSidecarConfig(env)
-      await serve(config, await loadLogger(config.logLevel))
+      await serve(config, await loadLogger(config.logLevel, config.logFormat))
       return
     }
     case 'check-config': {

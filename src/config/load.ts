@@ -4,7 +4,7 @@ import { TOKEN_PATH } from '../token/token-client.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
-import { MIN_MEMORY_LIMIT_BYTES, schema, type LogLevel, type RawEnv } from './schema.js'
+import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl } from './urls.js'
 
 export interface Config {
@@ -50,6 +50,8 @@ export interface Config {
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
   readonly logLevel: LogLevel
+  /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
+  readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
 }
 
@@ -111,6 +113,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
+    logFormat: raw.LOG_FORMAT,
     rateLimits,
     egressProxy
   })

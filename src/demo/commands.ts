@@ -44,7 +44,7 @@ export async function runDemoCommand (name: string, env: Env): Promise<void> {
 
 async function runStandIn (env: Env): Promise<void> {
   const standIn = configOrExit(() => loadStandInConfig(env))
-  const log = await loadLogger(standIn.logLevel)
+  const log = await loadLogger(standIn.logLevel, standIn.logFormat)
   const { createStandIn } = await import('./stand-in.js')
   const { app } = createStandIn({ ...standIn, logger: log.child({ component: 'stand-in' }) })
   await listenOrExit(app, STAND_IN_LISTENER, standIn.host, standIn.port)
@@ -53,7 +53,7 @@ async function runStandIn (env: Env): Promise<void> {
 
 async function runDemo (env: Env): Promise<void> {
   const standIn = configOrExit(() => loadStandInConfig(env))
-  const log = await loadLogger(standIn.logLevel)
+  const log = await loadLogger(standIn.logLevel, standIn.logFormat)
   const { createStandIn } = await import('./stand-in.js')
   const { app: stand } = createStandIn({
     ...standIn, clientId: DEMO_CLIENT_ID, clientSecret: DEMO_CLIENT_SECRET, logger: log.child({ component: 'stand-in' })
@@ -83,7 +83,7 @@ async function runCaller (env: Env): Promise<void> {
     setTimer: (fn: () => void, ms: number) => { const timer = setTimeout(fn, ms); return () => { clearTimeout(timer) } }
   }
   const { createCaller } = await import('./caller.js')
-  const caller = createCaller({ ...config, log: (await loadLogger(config.logLevel)).child({ component: 'caller' }), clock })
+  const caller = createCaller({ ...config, log: (await loadLogger(config.logLevel, config.logFormat)).child({ component: 'caller' }), clock })
   caller.start()
   closeWithGrace({ delay: 2000 }, async () => { caller.stop() })
 }
