@@ -33,6 +33,7 @@ export const PROMTOOL = tool('promtool', ['--version'], 'the chart\'s alerting r
 export const SS = tool('ss', ['-V'], 'the listen backlog', 'Debian: apt-get install iproute2 (Linux only)')
 export const TINYPROXY = tool('tinyproxy', ['-v'], 'the egress proxy with Basic authentication',
   'Debian: apt-get install tinyproxy; Homebrew: brew install tinyproxy')
+export const CURL = tool('curl', ['--version'], 'the demo\'s tour, run as printed', 'Debian: apt-get install curl; Homebrew: brew install curl')
 export const WRK = tool('wrk', ['-v'], 'the memory-cgroup load test', 'Debian: apt-get install wrk; Homebrew: brew install wrk')
 
 /**
@@ -60,7 +61,7 @@ export const HELM: Tool = {
   present: () => chartRenderer() !== undefined
 }
 
-export const ALL_TOOLS: readonly Tool[] = [REDIS, PROMTOOL, SS, TINYPROXY, WRK, HELM]
+export const ALL_TOOLS: readonly Tool[] = [REDIS, PROMTOOL, SS, TINYPROXY, WRK, CURL, HELM]
 
 /** Whether this run is CI's, where nothing may be skipped. */
 export const IN_CI = !['', '0', 'false'].includes(process.env.CI ?? '')
