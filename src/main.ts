@@ -11,6 +11,7 @@ import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import { listenHost } from './config/listeners.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
+import { plainHttpWarnings } from './config/warnings.js'
 import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
 import { probe } from './cli/healthcheck.js'
 import { refuseUnsupportedRuntime } from './cli/runtime.js'
@@ -27,6 +28,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
     case 'check-config': {
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
+      for (const warning of plainHttpWarnings(config)) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
       return
     }
     case 'healthcheck': {
