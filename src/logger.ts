@@ -1,5 +1,5 @@
 import { pino, type DestinationStream, type Logger } from 'pino'
-import type { LogLevel } from './config/schema.js'
+import type { LogFormat, LogLevel } from './config/schema.js'
 
 const SENSITIVE_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie']
 const SENSITIVE_FIELDS = ['access_token', 'accessToken', 'client_secret', 'clientSecret', 'token']
@@ -23,9 +23,17 @@ export function createLogger (level: LogLevel, destination?: DestinationStream):
   return destination === undefined ? pino(options) : pino(options, destination)
 }
 
-/** Where JSON lines go: stdout, written as the event loop allows, flushed at exit (pino's default). */
-export function jsonDestination (): DestinationStream & { flushSync: () => void } {
-  return pino.destination({ dest: 1, sync: false })
+/** LOG_FORMAT as it applies: `auto` is for a person on a terminal, JSON for everything else. */
+export function logFormatFor (format: LogFormat, stdoutIsTerminal: boolean): 'json' | 'pretty' {
+  return format === 'auto' ? (stdoutIsTerminal ? 'pretty' : 'json') : format
+}
+
+/**
+ * Where JSON lines go: stdout (or `fd`), written as the event loop allows and flushed at exit
+ * (pino's default); `flushSync` writes what is still held, before a last line on stderr.
+ */
+export function jsonDestination (fd = 1): DestinationStream & { flushSync: () => void } {
+  return pino.destination({ dest: fd, sync: false })
 }
 
 /**

@@ -43,14 +43,9 @@ export async function listenOrExit (server: Listener, names: { host: string, por
   }
 }
 
-/** LOG_FORMAT as it applies here: `auto` is for a person on a terminal, JSON for everything else. */
-export function logFormatFor (format: LogFormat, stdoutIsTerminal: boolean): 'json' | 'pretty' {
-  return format === 'auto' ? (stdoutIsTerminal ? 'pretty' : 'json') : format
-}
-
 /** pino is loaded by the commands that log, never by `healthcheck`; pino-pretty only for a person. */
 export async function loadLogger (level: LogLevel, format: LogFormat): Promise<Logger> {
-  const { createLogger, jsonDestination, prettyDestination } = await import('../logger.js')
+  const { createLogger, jsonDestination, logFormatFor, prettyDestination } = await import('../logger.js')
   if (logFormatFor(format, process.stdout.isTTY === true) === 'pretty') return createLogger(level, await prettyDestination())
   const destination = jsonDestination()
   unwritten = destination

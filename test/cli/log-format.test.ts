@@ -9,8 +9,7 @@ import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { logFormatFor } from '../../src/cli/exit.js'
-import { createLogger, prettyDestination } from '../../src/logger.js'
+import { createLogger, jsonDestination, logFormatFor, prettyDestination } from '../../src/logger.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { MAIN, reapOnExit, runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
 import { tempDir } from '../helpers/temp-dir.js'
@@ -22,6 +21,17 @@ t.test('LOG_FORMAT: auto is pretty on a terminal and JSON otherwise; json and pr
   t.equal(logFormatFor('auto', false), 'json')
   t.equal(logFormatFor('json', true), 'json')
   t.equal(logFormatFor('pretty', false), 'pretty')
+})
+
+t.test('json: a line held for stdout is written by flushSync, before the process writes anything else', async (t) => {
+  const file = join(tempDir('json-lines-'), 'out')
+  const fd = openSync(file, 'w')
+  t.teardown(() => { closeSync(fd) })
+  const destination = jsonDestination(fd)
+  await once(destination as unknown as NodeJS.EventEmitter, 'ready')
+  createLogger('info', destination).info({ listener: 'admin' }, 'Server listening at http://127.0.0.1:9090')
+  destination.flushSync()
+  t.match(readFileSync(file, 'utf8'), /^\{"level":30,"time":\d+,"service":"store-auth-proxy","listener":"admin","msg":"Server listening at http:\/\/127\.0\.0\.1:9090"\}\n$/)
 })
 
 async function prettyLines (colorize: boolean, log: (logger: ReturnType<typeof createLogger>) => void): Promise<string> {

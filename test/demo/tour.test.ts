@@ -3,11 +3,24 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { DEMO_RATE_LIMITS } from '../../src/demo/tour.js'
+import { DEMO_RATE_LIMITS, demoTour, formatTour } from '../../src/demo/tour.js'
 import { runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
 import { CURL, skipUnless } from '../helpers/tools.js'
 
 const shell = async (command: string): Promise<string> => (await promisify(execFile)('sh', ['-c', command], { maxBuffer: 16 * 1024 * 1024 })).stdout
+
+const URLS = { proxy: 'http://localhost:18080', admin: 'http://localhost:19090', standIn: 'http://127.0.0.1:18081' }
+
+t.test('the printed tour: the budgets, then each step numbered, its command after "$ " and what to look for', async (t) => {
+  const text = formatTour(URLS)
+  t.match(text, `the sidecar on ${URLS.proxy}`)
+  t.match(text, `The budgets: ${DEMO_RATE_LIMITS}`)
+  const steps = demoTour(URLS)
+  t.equal(steps.length, 6)
+  steps.forEach((step, i) => { t.match(text, `  ${i + 1}. ${step.what}.\n       $ ${step.command}\n       Look for: ${step.lookFor}.\n`) })
+  t.match(steps.map((s) => s.command), [new RegExp(`^curl .*${URLS.proxy}/v2/store/products/catalog$`), /catalog$/, /LM358BIDR/, /LM358BIDR/, `${URLS.admin}/status`, URLS.standIn])
+  t.match(text, /Ctrl-C stops it\.\n/)
+})
 
 t.test('the tour: the catalog fetched then a hit, a product within budget then refused, /status, the API without a token', { skip: SKIP_UNDER_MUTATION || skipUnless(CURL) }, async (t) => {
   const demo = runMain(t, ['demo'], { PORT: '0', ADMIN_PORT: '0', STAND_IN_PORT: '0' })
