@@ -23,7 +23,11 @@ let unwritten: { flushSync: () => void } | undefined
  * logged before it (`Server listening at …`) reads as if it came after.
  */
 function exitWith (line: string): never {
-  unwritten?.flushSync()
+  try {
+    unwritten?.flushSync()
+  } catch {
+    // stdout gone or stuck (EPIPE, EAGAIN): the line below matters more than the order.
+  }
   process.stderr.write(`store-auth-proxy: ${line}\n`)
   process.exit(1)
 }
