@@ -67,14 +67,10 @@ WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY package.json ./
 COPY --from=build /app/dist ./dist
-# Freed memory goes back to the OS. glibc's defaults keep what a burst freed: after four loads
-# RSS stayed at 218 MiB while V8 held 39 and external 4.5, ~120 MiB of freed memory kept by
-# malloc, counted against the pod's limit. Blocks of 32 KiB and more are mmap'd (returned on
-# free; setting it also stops glibc raising it after each free), the heap is trimmed once
-# 128 KiB are free at its top, and at most two arenas instead of up to 8 per core (each
-# thread that allocates may otherwise get one). In a 128 MiB cgroup under bursts of 1000
-# 60 KB POSTs the overload manager held 5 runs of 5 with them, and was OOM-killed without
-# them (docs/overload.md).
+# Freed memory goes back to the OS (glibc's malloc tunables: why, and what they held, in
+# src/cli/shipped.ts). The launcher `npm start` runs outside the image sets the same value
+# and the same node flags as the ENTRYPOINT below; test/deploy/shipped.test.ts fails when the
+# two differ. Written here, not run through the launcher, so a start costs no second exec.
 ENV GLIBC_TUNABLES=glibc.malloc.mmap_threshold=32768:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=2
 # Numeric, so Kubernetes' runAsNonRoot can verify it without a runAsUser.
 USER 65532:65532
@@ -87,9 +83,9 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
   CMD ["/nodejs/bin/node", "/app/dist/main.js", "healthcheck"]
 # node is PID 1 and handles SIGTERM itself (not ready, drain, exit 0); never `npm start`,
-# which would sit between the signal and the process. The flags are npm start's (a test
-# checks): a 4 MiB young-generation semi-space keeps RSS under load about 20 MiB lower at
-# the same CPU per request (bench/README.md).
+# which would sit between the signal and the process. The flags are the launcher's
+# (src/cli/shipped.ts: a 4 MiB young-generation semi-space keeps RSS under load about 20 MiB
+# lower at the same CPU per request).
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/main.js"]
 CMD ["serve"]
 

@@ -1,5 +1,5 @@
 import { pino, type DestinationStream, type Logger } from 'pino'
-import type { LogLevel } from './config/schema.js'
+import type { LogFormat, LogLevel } from './config/schema.js'
 
 const SENSITIVE_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie']
 const SENSITIVE_FIELDS = ['access_token', 'accessToken', 'client_secret', 'clientSecret', 'token']
@@ -13,7 +13,7 @@ export const REDACT_PATHS = [
   ...SENSITIVE_FIELDS.flatMap((f) => [f, `*.${f}`])
 ]
 
-/** The one logger setup: pino JSON, redacted, to stdout unless a stream is given (tests). */
+/** The one logger setup: pino JSON, redacted, to stdout unless a stream is given (tests, pretty). */
 export function createLogger (level: LogLevel, destination?: DestinationStream): Logger {
   const options = {
     level,
@@ -21,4 +21,33 @@ export function createLogger (level: LogLevel, destination?: DestinationStream):
     redact: { paths: REDACT_PATHS, censor: '[redacted]' }
   }
   return destination === undefined ? pino(options) : pino(options, destination)
+}
+
+/** LOG_FORMAT as it applies: `auto` is for a person on a terminal, JSON for everything else. */
+export function logFormatFor (format: LogFormat, stdoutIsTerminal: boolean): 'json' | 'pretty' {
+  return format === 'auto' ? (stdoutIsTerminal ? 'pretty' : 'json') : format
+}
+
+/**
+ * Where JSON lines go: stdout (or `fd`), written as the event loop allows and flushed at exit
+ * (pino's default); `flushSync` writes what is still held, before a last line on stderr.
+ */
+export function jsonDestination (fd = 1): DestinationStream & { flushSync: () => void } {
+  return pino.destination({ dest: fd, sync: false })
+}
+
+/**
+ * Lines for a person (LOG_FORMAT=pretty, or auto on a terminal): time, level and message in
+ * colour, then the fields. pino-pretty is loaded only here. Written synchronously, so every
+ * line is out before the process exits or writes to stderr.
+ */
+export async function prettyDestination (destination: number | NodeJS.WritableStream = 1, colorize?: boolean): Promise<DestinationStream> {
+  const { default: pretty } = await import('pino-pretty')
+  return pretty({
+    destination,
+    sync: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'service',
+    ...(colorize === undefined ? {} : { colorize })
+  })
 }

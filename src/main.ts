@@ -11,8 +11,10 @@ import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import { listenHost } from './config/listeners.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
+import { plainHttpWarnings } from './config/warnings.js'
 import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
 import { probe } from './cli/healthcheck.js'
+import { refuseUnsupportedRuntime } from './cli/runtime.js'
 
 const HEALTHCHECK_TIMEOUT_MS = 3000
 
@@ -20,12 +22,13 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
   switch (command) {
     case 'serve': {
       const config = await loadSidecarConfig(env)
-      await serve(config, await loadLogger(config.logLevel))
+      await serve(config, await loadLogger(config.logLevel, config.logFormat))
       return
     }
     case 'check-config': {
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
+      for (const warning of plainHttpWarnings(config)) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
       return
     }
     case 'healthcheck': {
@@ -45,6 +48,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
   }
 }
 
+refuseUnsupportedRuntime(process.version, process.stderr, process.exit)
 const invocation = parseInvocation(process.argv.slice(2), commandTable(DEMO_COMMANDS))
 switch (invocation.kind) {
   case 'run':

@@ -2,15 +2,17 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 /**
- * The node flags the sidecar ships with, read from `npm start` in DIR's package.json
- * (`node --max-semi-space-size=4 dist/main.js`). The image's ENTRYPOINT carries the same
- * flags (test/deploy/compose.test.ts checks), so the benchmark and the soak run the
- * sidecar as it runs in production.
+ * The node flags the sidecar ships with, read from the image's ENTRYPOINT in DIR's Dockerfile
+ * (`["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/main.js"]`). `npm start` (the
+ * launcher, src/launch.ts) applies the same flags (test/deploy/shipped.test.ts checks), so the
+ * benchmark and the soak run the sidecar as it runs in production.
  */
 export function shippedNodeFlags (dir: string): string[] {
-  const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { scripts?: { start?: string } }
-  const start = manifest.scripts?.start ?? ''
-  const match = /^node((?:\s+--[\w-]+(?:=\S+)?)*)\s+dist\/main\.js$/.exec(start)
-  if (match === null) throw new Error(`${dir}/package.json: "start" is not "node [--flags] dist/main.js": ${start}`)
-  return (match[1] ?? '').split(/\s+/).filter((flag) => flag !== '')
+  const dockerfile = readFileSync(join(dir, 'Dockerfile'), 'utf8')
+  const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1]
+  const command = entrypoint === undefined ? [] : JSON.parse(entrypoint) as unknown[]
+  if (command.length < 2 || !String(command[command.length - 1]).endsWith('dist/main.js')) {
+    throw new Error(`${dir}/Dockerfile: ENTRYPOINT is not ["node", flags..., ".../dist/main.js"]: ${entrypoint ?? 'none'}`)
+  }
+  return command.slice(1, -1).map(String)
 }

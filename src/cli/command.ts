@@ -7,4 +7,5 @@ export interface Command {
   readonly details: string
 }
 
-export const CONFIG_POINTER = 'Configuration comes from environment variables only: see the "Configuration" table in README.md.'
+export const CONFIG_POINTER = 'Configuration comes from environment variables only: "help config" lists each with its default\n' +
+  'and meaning (README.md\'s "Configuration" table says more); "check-config" validates them.'

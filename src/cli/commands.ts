@@ -2,6 +2,7 @@
 import { parseArgs } from 'node:util'
 import { buildInfo } from '../config/build-info.js'
 import { CONFIG_POINTER, type Command } from './command.js'
+import { variablesHelp } from './variables.js'
 
 const SIDECAR_COMMANDS: Record<string, Command> = {
   serve: {
@@ -33,10 +34,10 @@ the /readyz reason). Exit 0 for a 2xx answer, 1 otherwise.`
 
 const HELP_COMMANDS: Record<string, Command> = {
   help: {
-    args: '[COMMAND]',
+    args: '[COMMAND | config]',
     maxArgs: 1,
-    summary: 'this text, or a command\'s (also --help, -h, after any command too)',
-    details: 'Prints the commands, or what one command does.'
+    summary: 'this text, a command\'s (also --help, -h, after any command too), or the variables',
+    details: 'Prints the commands, what one command does, or (help config) every configuration variable.'
   },
   version: {
     maxArgs: 0,
@@ -47,6 +48,9 @@ package.json, the revision written into dist/REVISION at build time ("unknown" w
 }
 
 export type Commands = Readonly<Record<string, Command>>
+
+/** `help config`: the variables, for wherever README.md is not (the image). */
+const CONFIG_TOPIC = 'config'
 
 /** Every command, in the order the usage lists them: the sidecar's, then `more` (the demo's), then help and version. */
 export function commandTable (more: Commands): Commands {
@@ -114,6 +118,7 @@ export function parseInvocation (argv: string[], commands: Commands): Invocation
   if (name === 'help') {
     const topic = args[0]
     if (topic === undefined) return { kind: 'help', text: usage(commands) }
+    if (topic === CONFIG_TOPIC) return { kind: 'help', text: variablesHelp() }
     const about = commands[topic]
     return about === undefined ? { kind: 'error', message: `unknown command "${topic}"` } : { kind: 'help', text: commandHelp(topic, about) }
   }

@@ -1,7 +1,7 @@
 // How a command ends on an operator's error: one line on stderr and exit 1, no stack trace.
 import type { Logger } from 'pino'
 import { ConfigError } from '../config/parse-env.js'
-import type { LogLevel } from '../config/schema.js'
+import type { LogFormat, LogLevel } from '../config/schema.js'
 import { listenHost } from '../config/listeners.js'
 import { listenFailure } from './listen-failure.js'
 
@@ -11,9 +11,25 @@ export function configOrExit<T> (load: () => T): T {
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err
     // One message naming every bad variable; no stack trace, never a value.
-    process.stderr.write(`store-auth-proxy: ${err.message}\n`)
-    process.exit(1)
+    exitWith(err.message)
   }
+}
+
+/** What the logger of this process still holds for stdout (JSON lines are written as the loop allows). */
+let unwritten: { flushSync: () => void } | undefined
+
+/**
+ * One line on stderr, exit 1: after every log line already logged, so that nothing the process
+ * logged before it (`Server listening at …`) reads as if it came after.
+ */
+function exitWith (line: string): never {
+  try {
+    unwritten?.flushSync()
+  } catch {
+    // stdout gone or stuck (EPIPE, EAGAIN): the line below matters more than the order.
+  }
+  process.stderr.write(`store-auth-proxy: ${line}\n`)
+  process.exit(1)
 }
 
 interface Listener { listen: (options: { host: string, port: number, backlog?: number }) => Promise<unknown> }
@@ -27,13 +43,15 @@ export async function listenOrExit (server: Listener, names: { host: string, por
   try {
     await server.listen({ host: listenHost(host), port, ...(backlog === undefined ? {} : { backlog }) })
   } catch (err) {
-    process.stderr.write(`store-auth-proxy: ${listenFailure(names, host, port, err)}\n`)
-    process.exit(1)
+    exitWith(listenFailure(names, host, port, err))
   }
 }
 
-/** pino is loaded by the commands that log, never by `healthcheck`. */
-export async function loadLogger (level: LogLevel): Promise<Logger> {
-  const { createLogger } = await import('../logger.js')
-  return createLogger(level)
+/** pino is loaded by the commands that log, never by `healthcheck`; pino-pretty only for a person. */
+export async function loadLogger (level: LogLevel, format: LogFormat): Promise<Logger> {
+  const { createLogger, jsonDestination, logFormatFor, prettyDestination } = await import('../logger.js')
+  if (logFormatFor(format, process.stdout.isTTY === true) === 'pretty') return createLogger(level, await prettyDestination())
+  const destination = jsonDestination()
+  unwritten = destination
+  return createLogger(level, destination)
 }

@@ -3,7 +3,7 @@ import { checkRateLimits, type RateLimitConfig } from './rate-limits.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
-import { MIN_MEMORY_LIMIT_BYTES, schema, type LogLevel, type RawEnv } from './schema.js'
+import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
 
 export interface Config {
@@ -49,6 +49,8 @@ export interface Config {
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
   readonly logLevel: LogLevel
+  /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
+  readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
 }
 
@@ -110,6 +112,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
     logLevel: raw.LOG_LEVEL,
+    logFormat: raw.LOG_FORMAT,
     rateLimits,
     egressProxy
   })

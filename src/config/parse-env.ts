@@ -48,16 +48,40 @@ interface AjvError { instancePath: string, keyword?: string, message?: string, p
 export function schemaProblems (err: unknown): string[] {
   const errors = (err as { errors?: AjvError[] }).errors
   if (!Array.isArray(errors)) return [String((err as Error).message)]
-  // Ajv messages name the constraint, never the value, so no secret can leak here.
+  // Said in words an operator can act on, never Ajv's ("must be integer"), and never the
+  // value: it may be a secret set in the wrong variable.
   return errors.map((e) => {
     // Stryker disable next-line Regex: equivalent: an instance path here is `/NAME`, and a `/` inside a name would be escaped as `~1`
     const name = e.instancePath.replace(/^\//, '')
-    const allowed = Array.isArray(e.params.allowedValues) ? ` (${e.params.allowedValues.join(', ')})` : ''
-    const why = e.keyword === 'maximum' && e.params.limit === MAX_DURATION_MS
-      ? ` (one day: Node's timers overflow above ${NODE_TIMER_MAX_MS} ms)`
-      : ''
-    return `${name}: ${e.message ?? 'is invalid'}${allowed}${why}`
+    return `${name}: ${violation(name, e)}`
   })
+}
+
+/** What a whole number of this variable counts, from its name's unit, with an example. */
+function wholeNumber (name: string): string {
+  if (name.endsWith('_MS')) return 'a whole number of milliseconds, in digits (30000 is 30 s)'
+  if (name.endsWith('_BYTES')) return 'a whole number of bytes, in digits (1048576 is 1 MiB)'
+  if (name.endsWith('PORT')) return 'a port number, in digits (0 to 65535)'
+  return 'a whole number, in digits'
+}
+
+function violation (name: string, e: AjvError): string {
+  const { limit, allowedValues, type } = e.params
+  switch (e.keyword) {
+    case 'type':
+      return type === 'boolean' ? 'must be true or false (in lower case; not 1, 0, yes or no)' : `must be ${wholeNumber(name)}`
+    case 'minimum':
+      return `must be at least ${String(limit)}`
+    case 'maximum':
+      return `must be at most ${String(limit)}` +
+        (limit === MAX_DURATION_MS ? ` (one day: Node's timers overflow above ${NODE_TIMER_MAX_MS} ms)` : '')
+    case 'enum':
+      return `must be one of ${(allowedValues as string[]).join(', ')}`
+    case 'minLength':
+      return 'must not be empty'
+    default:
+      return e.message ?? 'is invalid'
+  }
 }
 
 /** How a file named by a `*_FILE` variable failed to read, never its content. */

@@ -46,6 +46,9 @@ export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
+/** `auto`: coloured lines for a person when stdout is a terminal, JSON lines otherwise. */
+export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const
+export type LogFormat = typeof LOG_FORMATS[number]
 
 /**
  * The longest duration any variable accepts: one day. Node's timers hold at most
@@ -62,6 +65,7 @@ export const durationMs = <D extends number>(def: D, minimum = 1) =>
   ({ type: 'integer', minimum, maximum: MAX_DURATION_MS, default: def }) as const
 export const port = <D extends number>(def: D) => ({ type: 'integer', minimum: 0, maximum: 65535, default: def }) as const
 export const logLevel = { type: 'string', enum: LOG_LEVELS, default: 'info' } as const
+export const logFormat = { type: 'string', enum: LOG_FORMATS, default: 'auto' } as const
 
 export const schema = {
   type: 'object',
@@ -106,6 +110,7 @@ export const schema = {
     MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
+    LOG_FORMAT: logFormat,
     LOG_LEVEL: logLevel
   }
 } as const

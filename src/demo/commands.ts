@@ -1,13 +1,14 @@
 // The demo commands: `stand-in` and `caller` (docker-compose's services) and `demo`
 // (both sides on this machine), with their help.
+import type { AddressInfo } from 'node:net'
 import closeWithGrace from 'close-with-grace'
 import type { Command } from '../cli/command.js'
 import { configOrExit, listenOrExit, loadLogger } from '../cli/exit.js'
 import { loadSidecarConfig, serve } from '../cli/serve.js'
 import { systemClock } from '../clock.js'
-import type { Config } from '../config/load.js'
 import type { Env } from '../config/parse-env.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, loadCallerConfig, loadStandInConfig } from './config.js'
+import { DEMO_RATE_LIMITS, formatTour } from './tour.js'
 
 export const DEMO_COMMANDS: Record<string, Command> = {
   demo: {
@@ -15,14 +16,15 @@ export const DEMO_COMMANDS: Record<string, Command> = {
     summary: 'the stand-in TI APIs and the sidecar in front of them, on this machine (npm run demo)',
     details: `Starts, in one process, the stand-in TI OAuth and store APIs on 127.0.0.1:$STAND_IN_PORT
 (default 8081) with demo credentials, and the sidecar in front of them on PORT and
-ADMIN_PORT (admin on 127.0.0.1). Prints commands to try. Ctrl-C stops it.`
+ADMIN_PORT (admin on 127.0.0.1), with budgets and a cached catalog (RATE_LIMITS set by the
+demo). Prints a tour: commands to try, each with what to look for. Ctrl-C stops it.`
   },
   'stand-in': {
     maxArgs: 0,
     summary: 'the stand-in TI OAuth and store APIs alone (docker-compose)',
     details: `Listens on STAND_IN_HOST:STAND_IN_PORT (default 127.0.0.1:8081). Other variables:
 STAND_IN_CLIENT_ID, STAND_IN_CLIENT_SECRET or STAND_IN_CLIENT_SECRET_FILE,
-STAND_IN_TOKEN_LIFETIME_MS, STAND_IN_STYLE (ti or apigee), LOG_LEVEL.`
+STAND_IN_TOKEN_LIFETIME_MS, STAND_IN_STYLE (ti or apigee), LOG_LEVEL, LOG_FORMAT.`
   },
   caller: {
     maxArgs: 0,
@@ -44,7 +46,7 @@ export async function runDemoCommand (name: string, env: Env): Promise<void> {
 
 async function runStandIn (env: Env): Promise<void> {
   const standIn = configOrExit(() => loadStandInConfig(env))
-  const log = await loadLogger(standIn.logLevel)
+  const log = await loadLogger(standIn.logLevel, standIn.logFormat)
   const { createStandIn } = await import('./stand-in.js')
   const { app } = createStandIn({ ...standIn, logger: log.child({ component: 'stand-in' }) })
   await listenOrExit(app, STAND_IN_LISTENER, standIn.host, standIn.port)
@@ -53,13 +55,13 @@ async function runStandIn (env: Env): Promise<void> {
 
 async function runDemo (env: Env): Promise<void> {
   const standIn = configOrExit(() => loadStandInConfig(env))
-  const log = await loadLogger(standIn.logLevel)
+  const log = await loadLogger(standIn.logLevel, standIn.logFormat)
   const { createStandIn } = await import('./stand-in.js')
   const { app: stand } = createStandIn({
     ...standIn, clientId: DEMO_CLIENT_ID, clientSecret: DEMO_CLIENT_SECRET, logger: log.child({ component: 'stand-in' })
   })
   await listenOrExit(stand, STAND_IN_LISTENER, '127.0.0.1', standIn.port)
-  const standInUrl = `http://127.0.0.1:${standIn.port}`
+  const standInUrl = `http://127.0.0.1:${portOf(stand.server)}`
   const config = await loadSidecarConfig({
     AUTH_URL: standInUrl,
     UPSTREAM_URL: standInUrl,
@@ -69,10 +71,22 @@ async function runDemo (env: Env): Promise<void> {
     ADMIN_HOST: env.ADMIN_HOST ?? '127.0.0.1',
     ADMIN_PORT: env.ADMIN_PORT,
     ACCESS_LOG: env.ACCESS_LOG ?? 'true',
-    LOG_LEVEL: env.LOG_LEVEL
+    RATE_LIMITS: DEMO_RATE_LIMITS,
+    LOG_LEVEL: env.LOG_LEVEL,
+    LOG_FORMAT: env.LOG_FORMAT
   })
-  await serve(config, log)
-  process.stdout.write(demoHelp(config, standInUrl))
+  const app = await serve(config, log)
+  // The ports listened on (PORT=0 and friends pick free ones), so every command works as printed.
+  process.stdout.write(formatTour({
+    proxy: `http://localhost:${portOf(app.proxy.server)}`,
+    admin: `http://localhost:${portOf(app.admin.server)}`,
+    standIn: standInUrl
+  }))
+}
+
+function portOf (server: { address: () => string | AddressInfo | null }): number {
+  const address = server.address()
+  return typeof address === 'object' && address !== null ? address.port : 0
 }
 
 async function runCaller (env: Env): Promise<void> {
@@ -83,28 +97,7 @@ async function runCaller (env: Env): Promise<void> {
     setTimer: (fn: () => void, ms: number) => { const timer = setTimeout(fn, ms); return () => { clearTimeout(timer) } }
   }
   const { createCaller } = await import('./caller.js')
-  const caller = createCaller({ ...config, log: (await loadLogger(config.logLevel)).child({ component: 'caller' }), clock })
+  const caller = createCaller({ ...config, log: (await loadLogger(config.logLevel, config.logFormat)).child({ component: 'caller' }), clock })
   caller.start()
   closeWithGrace({ delay: 2000 }, async () => { caller.stop() })
-}
-
-function demoHelp (config: Config, standInUrl: string): string {
-  const proxy = `http://localhost:${config.port}`
-  const admin = `http://localhost:${config.adminPort}`
-  return `
-  store-auth-proxy demo: the stand-in TI APIs listen on ${standInUrl},
-  the sidecar on ${proxy} (no credentials needed) and its admin port on ${admin}.
-
-  Try:
-    curl '${proxy}/v2/store/products/LM358BIDR?currency=USD'
-    curl '${proxy}/v2/store/products?currency=EUR'
-    curl -X POST ${proxy}/v2/store/orders -H 'content-type: application/json' \\
-         -d '{"lineItems":[{"tiPartNumber":"LM358BIDR","quantity":10}]}'
-    curl -i '${standInUrl}/v2/store/products/LM358BIDR'     # straight to the API: 401, no token
-    curl ${admin}/readyz
-    curl -s ${admin}/metrics | grep '^store_auth_proxy_'
-
-  Ctrl-C stops it.
-
-`
 }

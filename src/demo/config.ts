@@ -2,7 +2,7 @@
 // docker-compose and the demo) and the example caller (`main.js caller`).
 import { trimCredential } from '../config/credentials.js'
 import { ConfigError, defaultReadFileSync, parseEnvOrThrow, type Env, type ReadFileSync } from '../config/parse-env.js'
-import { durationMs, logLevel, port, type LogLevel } from '../config/schema.js'
+import { durationMs, logFormat, logLevel, port, type LogFormat, type LogLevel } from '../config/schema.js'
 import { checkUrl } from '../config/urls.js'
 
 export const DEFAULT_STAND_IN_PORT = 8081
@@ -19,6 +19,7 @@ export interface StandInConfig {
   readonly tokenLifetimeMs: number
   readonly style: 'ti' | 'apigee'
   readonly logLevel: LogLevel
+  readonly logFormat: LogFormat
 }
 
 const standInSchema = {
@@ -31,7 +32,8 @@ const standInSchema = {
     STAND_IN_CLIENT_SECRET_FILE: { type: 'string' },
     STAND_IN_TOKEN_LIFETIME_MS: durationMs(60 * 60_000, 1000),
     STAND_IN_STYLE: { type: 'string', enum: ['ti', 'apigee'], default: 'ti' },
-    LOG_LEVEL: logLevel
+    LOG_LEVEL: logLevel,
+    LOG_FORMAT: logFormat
   }
 } as const
 
@@ -52,7 +54,8 @@ export function loadStandInConfig (env: Env, readFile: ReadFileSync = defaultRea
     clientSecret,
     tokenLifetimeMs: raw.STAND_IN_TOKEN_LIFETIME_MS,
     style: raw.STAND_IN_STYLE,
-    logLevel: raw.LOG_LEVEL
+    logLevel: raw.LOG_LEVEL,
+    logFormat: raw.LOG_FORMAT
   })
 }
 
@@ -61,6 +64,7 @@ export interface CallerConfig {
   readonly intervalMs: number
   readonly timeoutMs: number
   readonly logLevel: LogLevel
+  readonly logFormat: LogFormat
 }
 
 const callerSchema = {
@@ -69,7 +73,8 @@ const callerSchema = {
     CALLER_TARGET_URL: { type: 'string', minLength: 1, default: 'http://localhost:8080/v2/store/products/LM358BIDR?currency=USD' },
     CALLER_INTERVAL_MS: durationMs(5000, 100),
     CALLER_TIMEOUT_MS: durationMs(10_000),
-    LOG_LEVEL: logLevel
+    LOG_LEVEL: logLevel,
+    LOG_FORMAT: logFormat
   }
 } as const
 
@@ -82,6 +87,7 @@ export function loadCallerConfig (env: Env): CallerConfig {
     targetUrl,
     intervalMs: raw.CALLER_INTERVAL_MS,
     timeoutMs: raw.CALLER_TIMEOUT_MS,
-    logLevel: raw.LOG_LEVEL
+    logLevel: raw.LOG_LEVEL,
+    logFormat: raw.LOG_FORMAT
   })
 }

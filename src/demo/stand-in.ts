@@ -7,7 +7,8 @@ import { CATALOG, findProduct, fullCatalogBody, priced } from './catalog.js'
 /**
  * A stand-in for TI's OAuth API and store API, enforcing the token contract the
  * way the Apigee gateway would: the exact raw form body, no query string, tokens
- * that expire, and an Apigee-style 401 for a missing, unknown or expired token.
+ * that expire, and an Apigee-style 401 for a missing token ("Invalid access token") and
+ * for an unknown or expired one ("Access Token expired").
  * Used by `npm run demo`, the tests and docker-compose.
  */
 export interface StandInOptions {
@@ -29,6 +30,13 @@ const EXPIRED_FAULT = {
   fault: {
     faultstring: 'Access Token expired',
     detail: { errorcode: 'keymanagement.service.access_token_expired' }
+  }
+}
+// Apigee's VerifyAccessToken answer when the request carries no bearer token at all.
+const MISSING_TOKEN_FAULT = {
+  fault: {
+    faultstring: 'Invalid access token',
+    detail: { errorcode: 'oauth.v2.InvalidAccessToken' }
   }
 }
 const INVALID_CLIENT = { ErrorCode: 'invalid_client', Error: 'ClientId is Invalid' }
@@ -102,7 +110,11 @@ export function createStandIn (options: StandInOptions): StandIn {
 
   function requireToken (request: FastifyRequest, reply: FastifyReply, done: () => void): void {
     const match = /^Bearer ([^\s]+)$/i.exec(request.headers.authorization ?? '')
-    const expiresAt = match?.[1] === undefined ? undefined : tokens.get(match[1])
+    if (match?.[1] === undefined) {
+      void reply.code(401).send(MISSING_TOKEN_FAULT)
+      return
+    }
+    const expiresAt = tokens.get(match[1])
     if (expiresAt === undefined || expiresAt <= now()) {
       void reply.code(401).send(EXPIRED_FAULT)
       return

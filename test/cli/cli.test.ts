@@ -51,7 +51,7 @@ t.test('--help, -h and help print the usage (every command, the configuration ta
     const out = run.stdout()
     t.match(out, /^store-auth-proxy \S+ \(revision \S+, node v\d+/, `${args.join(' ')}: version first`)
     for (const command of COMMANDS) t.match(out, new RegExp(`^ {2}${command}\\b`, 'm'), `${args.join(' ')} lists ${command}`)
-    t.match(out, /"Configuration" table in README\.md/)
+    t.match(out, /"help config" lists each with its default/)
     t.equal(run.stderr(), '')
   }
 })

@@ -74,10 +74,10 @@ const cases: Array<[string, Record<string, string | undefined>, RegExp[]]> = [
   ['wrong scheme', { ...base, UPSTREAM_URL: 'ftp://api.example.test' }, [/^UPSTREAM_URL: must be an http/]],
   ['credentials in the URL', { ...base, AUTH_URL: 'https://user:pw@auth.example.test' }, [/^AUTH_URL: must not contain credentials/]],
   ['query in the URL', { ...base, UPSTREAM_URL: 'https://api.example.test/?x=1' }, [/^UPSTREAM_URL: must not contain a query/]],
-  ['port out of range', { ...base, PORT: '70000' }, [/^PORT: must be <= 65535/]],
-  ['port not a number', { ...base, ADMIN_PORT: 'nine' }, [/^ADMIN_PORT: must be integer/]],
-  ['zero timeout', { ...base, TOKEN_TIMEOUT_MS: '0' }, [/^TOKEN_TIMEOUT_MS: must be >= 1/]],
-  ['unknown log level', { ...base, LOG_LEVEL: 'verbose' }, [/^LOG_LEVEL: must be equal to one of the allowed values \(fatal, error/]],
+  ['port out of range', { ...base, PORT: '70000' }, [/^PORT: must be at most 65535/]],
+  ['port not a number', { ...base, ADMIN_PORT: 'nine' }, [/^ADMIN_PORT: must be a port number, in digits/]],
+  ['zero timeout', { ...base, TOKEN_TIMEOUT_MS: '0' }, [/^TOKEN_TIMEOUT_MS: must be at least 1/]],
+  ['unknown log level', { ...base, LOG_LEVEL: 'verbose' }, [/^LOG_LEVEL: must be one of fatal, error/]],
   ['both secret forms', { ...base, CLIENT_SECRET_FILE: '/run/secrets/secret' }, [/^CLIENT_SECRET: set either CLIENT_SECRET or CLIENT_SECRET_FILE, not both/]],
   ['unreadable secret file', { ...base, CLIENT_SECRET: undefined, CLIENT_SECRET_FILE: '/nope' }, [/^CLIENT_SECRET_FILE: cannot read \/nope \(ENOENT\)/]],
   ['secret with &', { ...base, CLIENT_SECRET: 'a&b' }, [/^CLIENT_SECRET: character 2 of 3 is an '&': /]],
@@ -101,15 +101,15 @@ const cases: Array<[string, Record<string, string | undefined>, RegExp[]]> = [
   ['a HOST that is not a host name', { ...base, HOST: 'local host' }, [/^HOST: is neither a host name nor an IP address/]],
   ['an ADMIN_HOST that is a URL', { ...base, ADMIN_HOST: 'http://0.0.0.0' }, [/^ADMIN_HOST: is neither a host name nor an IP address/]],
   ['a duration past Node\'s timer limit', { ...base, TOKEN_TIMEOUT_MS: String(2 ** 31) },
-    [/^TOKEN_TIMEOUT_MS: must be <= 86400000 \(one day: Node's timers overflow above 2147483647 ms\)$/]],
+    [/^TOKEN_TIMEOUT_MS: must be at most 86400000 \(one day: Node's timers overflow above 2147483647 ms\)$/]],
   ['headers timeout over the request timeout', { ...base, HEADERS_TIMEOUT_MS: '20000', REQUEST_TIMEOUT_MS: '10000' }, [/^HEADERS_TIMEOUT_MS: must not exceed REQUEST_TIMEOUT_MS/]],
   ['idle timeout not over the upstream timeout', { ...base, IDLE_TIMEOUT_MS: '30000' }, [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS$/]],
   // The review's settings: a caller queued behind a stalled upstream was cut off with no status line.
   ['idle timeout shorter than the longest silent wait', { ...base, UPSTREAM_TIMEOUT_MS: '2000', IDLE_TIMEOUT_MS: '3000' },
     [/^IDLE_TIMEOUT_MS: must exceed TOKEN_WAIT_MS \+ UPSTREAM_QUEUE_TIMEOUT_MS \+ UPSTREAM_TIMEOUT_MS$/]],
-  ['queue limit out of range', { ...base, UPSTREAM_QUEUE_LIMIT: '-1' }, [/^UPSTREAM_QUEUE_LIMIT: must be >= 0/]],
-  ['header limit too small', { ...base, MAX_HEADER_BYTES: '100' }, [/^MAX_HEADER_BYTES: must be >= 1024/]],
-  ['many at once', { AUTH_URL: 'nope', PORT: '-1', CLIENT_ID: 'x', CLIENT_SECRET: 'y' }, [/^PORT: must be >= 0/, /^AUTH_URL: is not a valid URL/, /^UPSTREAM_URL: is required/]]
+  ['queue limit out of range', { ...base, UPSTREAM_QUEUE_LIMIT: '-1' }, [/^UPSTREAM_QUEUE_LIMIT: must be at least 0/]],
+  ['header limit too small', { ...base, MAX_HEADER_BYTES: '100' }, [/^MAX_HEADER_BYTES: must be at least 1024/]],
+  ['many at once', { AUTH_URL: 'nope', PORT: '-1', CLIENT_ID: 'x', CLIENT_SECRET: 'y' }, [/^PORT: must be at least 0/, /^AUTH_URL: is not a valid URL/, /^UPSTREAM_URL: is required/]]
 ]
 
 for (const [name, env, expected] of cases) {
@@ -165,8 +165,8 @@ t.test('every duration is bounded by one day, well inside Node\'s timers, sums o
   t.ok(2 * MAX_DURATION_MS <= NODE_TIMER_MAX_MS)
   for (const name of DURATIONS) {
     const over = problemsOf({ ...base, [name]: String(MAX_DURATION_MS + 1) })
-    t.ok(over.some((p) => p.startsWith(`${name}: must be <= ${MAX_DURATION_MS} (one day`)), `${name}: ${over.join('; ')}`)
-    t.ok(problemsOf({ ...base, [name]: String(NODE_TIMER_MAX_MS + 1) }).some((p) => p.startsWith(`${name}: must be <=`)), `${name} past 2^31-1`)
+    t.ok(over.some((p) => p.startsWith(`${name}: must be at most ${MAX_DURATION_MS} (one day`)), `${name}: ${over.join('; ')}`)
+    t.ok(problemsOf({ ...base, [name]: String(NODE_TIMER_MAX_MS + 1) }).some((p) => p.startsWith(`${name}: must be at most`)), `${name} past 2^31-1`)
   }
   // At the bound itself every duration loads (the cross-checks need idle > token wait + queue + upstream + rate-limit wait,
   // request >= headers).
@@ -187,9 +187,9 @@ t.test('the stand-in\'s and the caller\'s durations are bounded too', async (t) 
     try { load() } catch (err) { if (err instanceof ConfigError) return [...err.problems] }
     return []
   }
-  t.match(problems(() => loadStandInConfig({ STAND_IN_TOKEN_LIFETIME_MS: String(2 ** 31) })), [/^STAND_IN_TOKEN_LIFETIME_MS: must be <= 86400000 \(one day/])
-  t.match(problems(() => loadCallerConfig({ CALLER_INTERVAL_MS: String(2 ** 31) })), [/^CALLER_INTERVAL_MS: must be <= 86400000/])
-  t.match(problems(() => loadCallerConfig({ CALLER_TIMEOUT_MS: String(MAX_DURATION_MS + 1) })), [/^CALLER_TIMEOUT_MS: must be <= 86400000/])
+  t.match(problems(() => loadStandInConfig({ STAND_IN_TOKEN_LIFETIME_MS: String(2 ** 31) })), [/^STAND_IN_TOKEN_LIFETIME_MS: must be at most 86400000 \(one day/])
+  t.match(problems(() => loadCallerConfig({ CALLER_INTERVAL_MS: String(2 ** 31) })), [/^CALLER_INTERVAL_MS: must be at most 86400000/])
+  t.match(problems(() => loadCallerConfig({ CALLER_TIMEOUT_MS: String(MAX_DURATION_MS + 1) })), [/^CALLER_TIMEOUT_MS: must be at most 86400000/])
   t.equal(loadCallerConfig({ CALLER_TIMEOUT_MS: String(MAX_DURATION_MS) }).timeoutMs, MAX_DURATION_MS)
 })
 

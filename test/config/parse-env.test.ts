@@ -35,17 +35,17 @@ t.test('neither process.env nor a .env file in the working directory is read', a
 
 t.test('schema violations: the variable, the constraint and what is allowed, word for word', async (t) => {
   const cases: Array<[Record<string, string>, string]> = [
-    [{ PORT: '70000' }, 'PORT: must be <= 65535'],
-    [{ TOKEN_TIMEOUT_MS: '0' }, 'TOKEN_TIMEOUT_MS: must be >= 1'],
-    [{ ADMIN_PORT: 'nine' }, 'ADMIN_PORT: must be integer'],
+    [{ PORT: '70000' }, 'PORT: must be at most 65535'],
+    [{ TOKEN_TIMEOUT_MS: '0' }, 'TOKEN_TIMEOUT_MS: must be at least 1'],
+    [{ ADMIN_PORT: 'nine' }, 'ADMIN_PORT: must be a port number, in digits (0 to 65535)'],
     // Only a duration's one-day ceiling explains itself.
-    [{ TOKEN_TIMEOUT_MS: String(MAX_DURATION_MS + 1) }, "TOKEN_TIMEOUT_MS: must be <= 86400000 (one day: Node's timers overflow above 2147483647 ms)"],
-    [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL: must be equal to one of the allowed values (fatal, error, warn, info, debug, trace, silent)']
+    [{ TOKEN_TIMEOUT_MS: String(MAX_DURATION_MS + 1) }, "TOKEN_TIMEOUT_MS: must be at most 86400000 (one day: Node's timers overflow above 2147483647 ms)"],
+    [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL: must be one of fatal, error, warn, info, debug, trace, silent']
   ]
   for (const [env, problem] of cases) t.same(problemsOf(() => loadConfig({ ...base, ...env }, () => '')), [problem], problem)
   // The note is about the upper bound: a lower bound of one day (a schema of its own) says only that.
   const atLeastOneDay = { type: 'object', properties: { WINDOW_MS: { type: 'integer', minimum: MAX_DURATION_MS } } } as const
-  t.same(problemsOf(() => parseEnvOrThrow(atLeastOneDay, { WINDOW_MS: '1' })), ['WINDOW_MS: must be >= 86400000'])
+  t.same(problemsOf(() => parseEnvOrThrow(atLeastOneDay, { WINDOW_MS: '1' })), ['WINDOW_MS: must be at least 86400000'])
 })
 
 t.test('an error that is not a schema violation keeps its message; a violation without one is "is invalid"', async (t) => {

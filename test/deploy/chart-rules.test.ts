@@ -2,8 +2,8 @@
 // groups written as a Prometheus rules file, then `promtool check rules` and `promtool test
 // rules` with test/fixtures/prometheus-rules.test.yaml, whose series make every alert fire
 // for one sidecar and stay silent for the others (the quota guard's and the read cache's
-// alerts too). promtool comes from Debian's `prometheus` package (.ci/run installs it;
-// locally: apt-get install -y prometheus).
+// alerts too). promtool comes from Debian's or Homebrew's `prometheus` package; without it
+// the file is skipped with one line saying so (test/helpers/tools.ts).
 import { spawnSync } from 'node:child_process'
 import { copyFileSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -13,7 +13,9 @@ import { parse } from 'yaml'
 import { CHART, ROOT, one, render, type JsonObject } from './chart-helm.js'
 import { MONITORING } from './chart-expect.js'
 import { tempDir } from '../helpers/temp-dir.js'
+import { PROMTOOL, skipFileUnless } from '../helpers/tools.js'
 
+skipFileUnless(t, PROMTOOL)
 t.setTimeout(120_000)
 
 const FIXTURE = join(ROOT, 'test/fixtures/prometheus-rules.test.yaml')
@@ -21,7 +23,7 @@ const FIXTURE = join(ROOT, 'test/fixtures/prometheus-rules.test.yaml')
 function promtool (args: string[], cwd: string): { status: number | null, output: string } {
   const out = spawnSync('promtool', args, { cwd, encoding: 'utf8', timeout: 60_000 })
   if (out.error !== undefined) {
-    throw new Error(`promtool: ${out.error.message} (install Debian's prometheus package: apt-get install -y prometheus)`)
+    throw new Error(`promtool: ${out.error.message} (${PROMTOOL.install})`)
   }
   return { status: out.status, output: out.stdout + out.stderr }
 }

@@ -5,11 +5,16 @@ import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { systemClock } from '../../src/clock.js'
 import { createRedisStore, redisKeyPrefix } from '../../src/quota/redis-backend.js'
-import { ROOT } from './chart-helm.js'
+import { REDIS, skipFileUnless } from '../helpers/tools.js'
+
+skipFileUnless(t, REDIS)
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
 const CONF = join(ROOT, 'deploy/demo-secrets/redis.conf')
 const composeUrl = readFileSync(join(ROOT, 'deploy/demo-secrets/redis_url'), 'utf8').trim()

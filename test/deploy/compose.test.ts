@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parse } from 'yaml'
-import { shippedNodeFlags } from '../../bench/lib/shipped.js'
+import { NODE_FLAGS } from '../../src/cli/shipped.js'
 import { trimCredential } from '../../src/config/credentials.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
 import { loadEgressProxy, routeFor } from '../../src/egress/route.js'
@@ -250,8 +250,8 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
   t.match(runtime, /^EXPOSE 8080 9090$/m)
   const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1]
-  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...shippedNodeFlags(ROOT), '/app/dist/main.js'],
-    'node itself, exec form, with the node flags of npm start (which the benchmark measures)')
+  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...NODE_FLAGS, '/app/dist/main.js'],
+    'node itself, exec form, with the launcher\'s node flags (npm start\'s, which the benchmark measures)')
   t.match(runtime, /^HEALTHCHECK [^\n]*(\\\n[^\n]*)*CMD \["\/nodejs\/bin\/node", "\/app\/dist\/main\.js", "healthcheck"\]$/m, 'an exec-form healthcheck')
   t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
   t.match(dockerfile, /npm ci --omit=dev --ignore-scripts/, 'production dependencies only in the runtime')

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap'
 import { build } from '../helpers/build.js'
 import { ID_HEADER } from '../helpers/recording-upstream.js'
 import { ok, send, startTiBehindProxy, storeCalls, STORE_HOST, TOKEN_HOST, trustTestCa } from './setup.js'
-import { hasTinyproxy, startTinyproxy } from './tinyproxy.js'
+import { noTinyproxy, startTinyproxy } from './tinyproxy.js'
 
 // A real egress proxy: Debian's tinyproxy, with Basic authentication. It sends TI's test
 // names on to the recording proxy (its `Upstream`), the only one that resolves them, so
@@ -10,7 +10,7 @@ import { hasTinyproxy, startTinyproxy } from './tinyproxy.js'
 trustTestCa()
 
 const credentials = { user: 'egress', password: 'tiny-s3cret' }
-const skip = hasTinyproxy ? false : 'tinyproxy is not installed (apt-get install -y tinyproxy)'
+const skip = noTinyproxy
 
 async function behindTinyproxy (t: Test, plain: boolean) {
   const ti = await startTiBehindProxy(t, {}, { plain })

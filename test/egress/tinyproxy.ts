@@ -1,13 +1,14 @@
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Test } from 'tap'
 import { downPort } from '../helpers/recording-proxy.js'
+import { skipUnless, TINYPROXY } from '../helpers/tools.js'
 
-/** Whether Debian's tinyproxy is installed (apt-get install -y tinyproxy). */
-export const hasTinyproxy = spawnSync('tinyproxy', ['-v']).status === 0
+/** A test's `skip` without tinyproxy (Debian's or Homebrew's): test/helpers/tools.ts. */
+export const noTinyproxy = skipUnless(TINYPROXY)
 
 /**
  * A real tinyproxy of our own on a free loopback port, with Basic authentication, sending

@@ -4,11 +4,16 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { Test } from 'tap'
+import tap, { type Test } from 'tap'
 import { reapOnExit } from './process.js'
+import { REDIS, skipFileUnless } from './tools.js'
+
+// Every test file that imports this one needs redis-server: without it (outside CI) the
+// file is skipped with one line saying what to install.
+skipFileUnless(tap, REDIS)
 
 /**
- * A real redis-server (Debian's `redis-server`; `.ci/run` installs it) on a free loopback
+ * A real redis-server (Debian's `redis-server`, Homebrew's `redis`) on a free loopback
  * port, in a directory of its own, stopped at teardown. `stop()` kills it (SIGKILL: the
  * abrupt loss a sidecar must survive) and `start()` brings it back on the same port,
  * empty, so a test can take Redis away mid-run and give it back. The fault injectors
@@ -79,7 +84,7 @@ async function launch (port: number, dir: string, password: string | undefined):
     const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`redis-server on port ${port} did not start:\n${output}`)) }, 10_000)
     child.once('error', (error) => {
       clearTimeout(timer)
-      reject(new Error(`cannot run redis-server (apt-get install -y redis-server; .ci/run does): ${error.message}`))
+      reject(new Error(`cannot run redis-server (${REDIS.install}): ${error.message}`))
     })
     child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`redis-server exited with ${String(code)}:\n${output}`)) })
     child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {

@@ -7,6 +7,7 @@ import t from 'tap'
 import { DEFAULT_BACKLOG, proxyBacklog } from '../../src/overload/manager.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
+import { SS, skipUnless } from '../helpers/tools.js'
 
 t.test('the backlog follows MAX_CONNECTIONS, never below Node\'s default', async (t) => {
   t.equal(DEFAULT_BACKLOG, 511)
@@ -26,7 +27,7 @@ function listenBacklogs (pid: number): number[] | undefined {
     .sort((a, b) => a - b)
 }
 
-const noSs = spawnSync('ss', ['-V']).error === undefined ? false : 'no ss (apt-get install -y iproute2)'
+const noSs = skipUnless(SS)
 
 t.test('the sidecar listens with it: the proxy port with MAX_CONNECTIONS, the admin port with the default', { skip: SKIP_UNDER_MUTATION || noSs }, async (t) => {
   const standIn = await startStandIn(t)

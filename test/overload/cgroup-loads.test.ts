@@ -13,7 +13,7 @@
 // Needs root, a memory cgroup this process may make a child of (cgroup v1's
 // memory.limit_in_bytes, or v2's memory.max) and wrk; skipped, saying which is missing,
 // elsewhere. CI runs as root on cgroup v1 and installs wrk before `npm test`.
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { readdirSync, readFileSync, rmdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -27,6 +27,7 @@ import { DEFAULT_MAX_CONNECTIONS } from '../../src/config/schema.js'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { MAIN, reapOnExit, staleBuild } from '../helpers/process.js'
+import { skipUnless, WRK } from '../helpers/tools.js'
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url))
 const LIMIT_BYTES = 128 * 1024 * 1024
@@ -47,7 +48,8 @@ function removeStaleGroups (cgroup: MemoryCgroup): void {
 /** The group the sidecar runs in, or why this machine cannot run the test. */
 function setUp (): MemoryCgroup | string {
   if (process.getuid?.() !== 0) return 'not root: a memory cgroup cannot be made'
-  if (spawnSync('wrk', ['-v']).error !== undefined) return 'no wrk (apt-get install -y wrk)'
+  const noWrk = skipUnless(WRK)
+  if (noWrk !== false) return noWrk
   const stale = staleBuild()
   if (stale !== '') throw new Error(stale)
   try {
