@@ -1,7 +1,16 @@
 import { area } from './base.mjs'
 
 export default area('config', {
-  mutate: ['src/config*.ts', 'src/config/**/*.ts'],
+  // The settings' own files. The quota rules and their settings are mutated by
+  // quota-rules.config.mjs; secret-file.ts and build-info.ts joined config/ when src/ was
+  // grouped by concern and were never in an area (no committed report holds them).
+  mutate: [
+    'src/config/**/*.ts',
+    '!src/config/rate-limit-rules.ts',
+    '!src/config/rate-limits.ts',
+    '!src/config/secret-file.ts',
+    '!src/config/build-info.ts'
+  ],
   // test/config/ holds only fast, in-process tests (none starts dist/main.js).
   testFiles: ['test/config/config.test.ts', 'test/config/*.test.ts', 'test/token/credentials.test.ts', 'test/token/secret-file.test.ts'],
   // The area holds 100 % (357 killed, 7 marked equivalent in the source): 98 is the highest
