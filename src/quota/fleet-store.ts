@@ -86,8 +86,10 @@ export function createFleetStore (options: FleetStoreOptions) {
   let present = 0
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
   let graceUntil = -Infinity
-  /** The grace of the first contact: until then this sidecar has never had a tally to trust. */
+  /** The grace of a first contact made at start: until then this sidecar has never had a tally to trust. */
   let firstGraceUntil: number | undefined
+  /** Whether start() is making the first contact (a later one may find a fleet already serving). */
+  let starting = true
   /** The sidecars present when more than RATE_LIMIT_FLEET_SIZE was last reported (0: not over). */
   let reportedOver = 0
   /**
@@ -275,7 +277,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         }
         member.epoch = reply.epoch
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
-        firstGraceUntil ??= graceUntil
+        if (starting) firstGraceUntil = graceUntil
         learn(reply)
         await shareCooldowns()
         const was = state
@@ -391,10 +393,10 @@ export function createFleetStore (options: FleetStoreOptions) {
       })
       metrics.rateLimitFleetSize?.set(size)
       metrics.rateLimitFleetDeclared?.set(fleetFloor)
-      if (await redis.connect()) {
-        await reassert()
-        return
-      }
+      const up = await redis.connect()
+      if (up) await reassert()
+      starting = false
+      if (up) return
       const reason = redisAuthProblem(redis.lastError()) ?? 'not reachable'
       // Stryker disable next-line StringLiteral: log wording (the reason is the field)
       report(reason, 'rate-limit redis not reachable at start: each sidecar spends only its share of the budgets until it answers')

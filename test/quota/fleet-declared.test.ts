@@ -15,7 +15,7 @@ import { startRecordingUpstream } from '../helpers/recording-upstream.js'
 import { startRedis } from '../helpers/redis.js'
 import { startStandIn } from '../helpers/build.js'
 import { scriptedRedis, TIMEOUT_MS, TIMING } from './fleet-double.js'
-import { quotaSidecar } from './sidecar.js'
+import { eventually, quotaSidecar } from './sidecar.js'
 
 /** The guard over the fleet store over the scripted Redis, started with `present` sidecars seen. */
 async function guardOver (t: Test, fleetFloor: number, present: number) {
@@ -95,7 +95,9 @@ t.test('three sidecars on one Redis with RATE_LIMIT_FLEET_SIZE=2: each says so i
   const sidecars = [await quotaSidecar(t, env, options), await quotaSidecar(t, env, options), await quotaSidecar(t, env, options)]
   const third = sidecars[2]
   if (third === undefined) throw new Error('three sidecars')
-  // The third saw all three at its first contact; the first two see them at their next heartbeat.
+  // The third sees all three at its first contact (or, should a busy machine delay a heartbeat
+  // past the presence TTL, at the next one).
+  await eventually(t, 'three present', async () => ((await third.status()).rateLimits as { fleet: { present: number } }).fleet.present === 3)
   const ready = await request(third.adminUrl + '/readyz')
   t.equal(ready.statusCode, 200)
   t.match(await ready.body.json(), { status: 'ready', reason: /^token held; 3 sidecars present in redis, more than RATE_LIMIT_FLEET_SIZE=2/ })
@@ -103,5 +105,5 @@ t.test('three sidecars on one Redis with RATE_LIMIT_FLEET_SIZE=2: each says so i
   const m = await scrape(third.adminUrl)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_fleet_declared', {})), 2)
   t.equal(m.get(seriesKey('store_auth_proxy_rate_limit_fleet_present', {})), 3)
-  t.equal(third.logs.entries().filter((e) => e.level === 40 && e.declared === 2 && e.present === 3).length, 1)
+  t.ok(third.logs.entries().some((e) => e.level === 40 && e.declared === 2 && e.present === 3), 'said in its log (once per change: the scripted test above)')
 })
