@@ -11,7 +11,8 @@ import { CLIENT_ID, startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
 import { redisKeyPrefix } from '../../src/quota/redis-backend.js'
-import { DAY, cacheSidecar, catalogBody, startTi } from './fixture.js'
+import { DAY, catalogBody, startTi } from './fixture.js'
+import { fleetSidecar } from './fleet-ready.js'
 
 const PREFIX = 'sap:test:'
 const HOUR = 3_600_000
@@ -138,12 +139,11 @@ t.test('a sidecar: bytes held and evicted in the metrics; CACHE_REDIS_MAX_BYTES=
   const standIn = await startStandIn(t, { tokenLifetimeMs: 3 * DAY })
   const options = { redisUrl: redis.url, authUrl: standIn.url, systemClock: true }
   const rules = { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_FLEET_SIZE: '1' }
-  const s = await cacheSidecar(t, ti, { ...rules, CACHE_REDIS_MAX_BYTES: String(2 * (catalogBody().length + 1000)) }, options)
+  const s = await fleetSidecar(t, ti, { ...rules, CACHE_REDIS_MAX_BYTES: String(2 * (catalogBody().length + 1000)) }, options)
   const client = new Redis(redis.url, { maxRetriesPerRequest: 0, lazyConnect: true })
   await client.connect()
   t.teardown(() => { client.disconnect() })
   const prefix = redisKeyPrefix(standIn.url, CLIENT_ID)
-  await eventually(t, 'the cache connected', async () => ((await s.status()).cache as { shared: { up: boolean } }).shared.up)
   for (const path of ['/v2/store/a', '/v2/store/b', '/v2/store/c']) {
     t.equal((await s.get(path)).status, 200)
     await eventually(t, `${path} in Redis`, async () => (await client.keys(`${prefix}cache:*`)).length >= 1 &&
@@ -157,7 +157,7 @@ t.test('a sidecar: bytes held and evicted in the metrics; CACHE_REDIS_MAX_BYTES=
   t.equal((await client.keys(`${prefix}cache:*`)).length, 2)
 
   const none = await startRedis(t)
-  const off = await cacheSidecar(t, ti, { ...rules, CACHE_REDIS_MAX_BYTES: '0' }, { ...options, redisUrl: none.url })
+  const off = await fleetSidecar(t, ti, { ...rules, CACHE_REDIS_MAX_BYTES: '0' }, { ...options, redisUrl: none.url })
   t.equal((await off.get('/v2/store/a')).status, 200)
   t.match((await off.get('/v2/store/a')).headers['cache-status'], '; hit', 'its own copy serves it')
   t.equal((await off.status()).cache !== undefined && ((await off.status()).cache as { shared: unknown }).shared, null, 'no Redis for the cache')

@@ -9,9 +9,10 @@ import { ENTRY_VERSION } from '../../src/cache/entries.js'
 import { redisKeyPrefix } from '../../src/quota/redis-backend.js'
 import { CLIENT_ID, startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
-import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
+import { seriesKey } from '../helpers/metrics-scrape.js'
 import { startRedis } from '../helpers/redis.js'
-import { DAY, cacheSidecar, startTi, type CacheSidecar, type CacheSidecarOptions, type Ti } from './fixture.js'
+import { DAY, cacheSidecar, startTi } from './fixture.js'
+import { fleetSidecar } from './fleet-ready.js'
 
 const ASKS = { accept: 'application/json', 'accept-language': 'en', 'accept-encoding': 'identity' }
 const env = (limits: string, more: Record<string, string> = {}): Record<string, string> =>
@@ -22,19 +23,6 @@ async function redisClient (t: Test, url: string): Promise<Redis> {
   await client.connect()
   t.teardown(() => { client.disconnect() })
   return client
-}
-
-/**
- * A sidecar on Redis, once its budgets are shared there and its cache's connection is up (on a
- * busy machine either may take longer than the sidecar's start: a request before would be
- * refused by a degraded budget, or miss Redis).
- */
-async function fleetSidecar (t: Test, ti: Ti, env: Record<string, string>, options: CacheSidecarOptions): Promise<CacheSidecar> {
-  const s = await cacheSidecar(t, ti, env, options)
-  await eventually(t, 'budgets shared and the cache connected', async () =>
-    (await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_rate_limit_degraded', {})) === 0 &&
-    (await s.status()).cache !== undefined && ((await s.status()).cache as { shared: { up: boolean } }).shared.up)
-  return s
 }
 
 const entryKey = (authUrl: string, upstreamUrl: string, path: string): string =>
