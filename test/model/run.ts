@@ -222,7 +222,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       const tokenless = during(r.startedAt - TOKEN_LIFETIME_S * 1000, r.doneAt, (i) => i.kind === 'oauthDown')
       if (tokenless) report.servedTokenless += 1
       if (r.status !== 200) {
-        const cause = own?.error === 'TOKEN_UNAVAILABLE' && tokenless
+        // After the OAuth API is back, a sidecar may stay without a token for its retry backoff (up to 30 s).
+        const cause = own?.error === 'TOKEN_UNAVAILABLE' && during(-Infinity, r.doneAt, (i) => i.kind === 'oauthDown')
           ? 'case-4'
           : r.status === undefined && fetchFailed(path, r.startedAt, r.doneAt) ? 'case-5' : undefined
         violate({ check: 'served', case: cause, message: `${what}: sidecar ${s} served ${expected.fetch}'s answer (from TI at ${rel(expected.producedAt)}), within cache= + stale= until ${rel(expected.producedAt + lifeMs)}` })
