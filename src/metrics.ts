@@ -210,6 +210,8 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
   const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
     'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more; 0: unknown.')
   const rateLimitFleetPresent = fleetGauge('rate_limit_fleet_present', 'Sidecars on this credential present in Redis at the last contact.')
+  const rateLimitFleetDeclared = fleetGauge('rate_limit_fleet_declared',
+    'RATE_LIMIT_FLEET_SIZE (0: unset); fewer than rate_limit_fleet_present breaks the guarantee while cut off from Redis.')
   const rateLimitRedisDataLost = rateLimitRedis
     ? new Counter({
       name: `${METRIC_PREFIX}rate_limit_redis_data_lost_total`,
@@ -228,6 +230,7 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
     rateLimitDegraded,
     rateLimitFleetSize,
     rateLimitFleetPresent,
+    rateLimitFleetDeclared,
     rateLimitRedisDataLost
   }
 }
