@@ -52,6 +52,8 @@ export interface Config {
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
+  readonly rateLimitHeaders: boolean
 }
 
 /**
@@ -114,7 +116,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,
-    egressProxy
+    egressProxy,
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS
   })
 }
 
