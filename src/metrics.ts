@@ -73,7 +73,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...exchangeMetrics(registry),
     ...rateLimitMetrics(registry, rateLimitRedis),
     ...cacheMetrics(registry),
-    ...overloadMetrics(registry)
+    ...overloadMetrics(registry),
+    ...budgetMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
   return metrics
@@ -322,5 +323,32 @@ function overloadMetrics (registry: Registry) {
     measureLiveMemory (fn: () => number): void { live = fn },
     /** Where memory_private_bytes is read from. */
     measurePrivateMemory (fn: () => number | undefined): void { privateMemory = fn }
+  }
+}
+
+/**
+ * What each limit of each rule may still send, read at each scrape (src/quota/rate-limit-fields.ts):
+ * the fleet's remaining while Redis answers, else this sidecar's share's; and each limit's quota.
+ */
+function budgetMetrics (registry: Registry) {
+  let read: () => Promise<void> = async () => {}
+  const rateLimitRemaining = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_remaining`,
+    help: 'What a limit of a rule may still send now, as RateLimit tells callers: the fleet\'s remaining while Redis answers, else this sidecar\'s share\'s; 0 while cooling down.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry],
+    async collect () { await read() }
+  })
+  const rateLimitQuota = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_quota`,
+    help: 'The quota of a limit of a rule (N of N/WINDOW), for the share of a budget spent.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry]
+  })
+  return {
+    rateLimitRemaining,
+    rateLimitQuota,
+    /** What rate_limit_remaining is read from at each scrape. */
+    readBudgets (fn: () => Promise<void>): void { read = fn }
   }
 }

@@ -54,6 +54,8 @@ export interface Config {
   readonly rateLimits: RateLimitConfig
   /** CACHE_REDIS_MAX_BYTES: the read cache's copies in the fleet's Redis, at most; 0: none kept there. */
   readonly cacheRedisMaxBytes: number
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
+  readonly rateLimitHeaders: boolean
 }
 
 /**
@@ -117,7 +119,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logFormat: raw.LOG_FORMAT,
     rateLimits,
     cacheRedisMaxBytes: raw.CACHE_REDIS_MAX_BYTES,
-    egressProxy
+    egressProxy,
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS
   })
 }
 
