@@ -80,6 +80,9 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     log.warn({ key: id, reason: why }, 'read cache: a value in redis is not an entry of this version; taken as a miss')
   })
 
+  // Another sidecar's write: its copies here go too.
+  shared?.onInvalidated((uri) => { metrics.cacheInvalidations.inc({ where: 'memory' }, memory.drop(uri)) })
+
   function redisFailed (err: unknown, what: string): void {
     metrics.cacheRedisErrors.inc()
     const problem = shared?.describe(err) ?? String(err)
@@ -213,8 +216,8 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
   /**
    * TI answered a request of `method` to `path` with `statusCode`: a successful unsafe one
    * drops the stored answers of its target URI, and of its Location and Content-Location on
-   * the same origin (RFC 9111 §4.4), here and in Redis. Here again once Redis has dropped them:
-   * a lookup meanwhile may have copied one back.
+   * the same origin (RFC 9111 §4.4), here, in Redis and (told through Redis) on every sidecar.
+   * Here again once Redis has dropped them: a lookup meanwhile may have copied one back.
    */
   function invalidate (upstream: string, method: string, path: string, statusCode: number, headers: Headers): void {
     for (const uri of invalidatedUris(upstream, method, path, statusCode, headers)) {

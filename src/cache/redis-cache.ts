@@ -76,8 +76,9 @@ end
 return {0, total(), evicted, now}
 `
 
-// KEYS: a URI set, the ledger, the sizes. ARGV: the entries' key prefix. Drops every entry of
-// the URI (RFC 9111 §4.4). Returns {entries dropped, bytes held}.
+// KEYS: a URI set, the ledger, the sizes. ARGV: the entries' key prefix, the fleet's
+// invalidation channel, the URI. Drops every entry of the URI (RFC 9111 §4.4), and tells every
+// sidecar to drop its own copies. Returns {entries dropped, bytes held}.
 const INVALIDATE = PRELUDE + `
 local dropped = 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -85,6 +86,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   forget(KEYS[2], KEYS[3], id)
 end
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return {dropped, tonumber(redis.call('HGET', KEYS[3], '#total') or '0')}
 `
 
@@ -105,6 +107,10 @@ const OUTCOMES = ['stored', 'late', 'newer'] as const
 export function createSharedCache ({ prefix, now, maxBytes, ...options }: SharedCacheOptions) {
   const connection = { ...options, timeoutMs: Math.max(options.timeoutMs, CACHE_REDIS_TIMEOUT_MS) }
   const { client: plain, describe, displayUrl, connect } = openRedis(connection)
+  // Invalidations reach the other sidecars' copies in memory on a connection of its own (one
+  // in subscriber mode runs no other command). One missed while it is down is not replayed.
+  const listener = openRedis(connection)
+  const channel = `${prefix}cache-invalidated`
   const client = plain as ScriptClient
   client.defineCommand('sapCacheStore', { lua: STORE })
   client.defineCommand('sapCacheInvalidate', { lua: INVALIDATE })
@@ -131,11 +137,17 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
     return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
   }
   let malformed: (id: string, why: string) => void = () => {}
+  let invalidated: (uri: string) => void = () => {}
+  listener.client.on('error', () => {})
+  listener.client.on('ready', () => { listener.client.subscribe(channel).catch(() => {}) })
+  listener.client.on('message', (from: string, uri: string) => { if (from === channel) invalidated(uri) })
 
   return {
     displayUrl,
     /** Tells `watcher` of every value in Redis that is not a complete entry of this version (each is a miss). */
     onMalformed (watcher: (id: string, why: string) => void): void { malformed = watcher },
+    /** Tells `watcher` of every target URI a write through any sidecar of the fleet invalidated. */
+    onInvalidated (watcher: (uri: string) => void): void { invalidated = watcher },
     /**
      * The fleet's copy under `id` (none: none), and whether a sidecar is fetching it for the
      * fleet now. With `unlessLeftMs` (this sidecar's copy has that long left), the entry is read
@@ -185,16 +197,17 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
     /** Drops the fleet's copies of the target URI `uri` (a write changed it): how many, and the bytes held after. */
     async invalidate (uri: string): Promise<{ dropped: number, heldBytes: number }> {
       ready()
-      const [dropped, heldBytes] = await client.sapCacheInvalidate(3, uriSetKey(uri), ...ledgerKeys, key(''))
+      const [dropped, heldBytes] = await client.sapCacheInvalidate(3, uriSetKey(uri), ...ledgerKeys, key(''), channel, uri)
       return { dropped: Number(dropped), heldBytes: Number(heldBytes) }
     },
     up: (): boolean => client.status === 'ready',
     describe,
     lastError: (): unknown => lastError,
     /** Connects, for at most the command timeout (at least 1 s); until it is up, every lookup is a miss. Never fails. */
-    async start (): Promise<void> { await connect() },
+    async start (): Promise<void> { await Promise.all([connect(), listener.connect()]) },
     async close (): Promise<void> {
       client.disconnect()
+      listener.client.disconnect()
     }
   }
 }

@@ -145,7 +145,7 @@ t.test('case 8: every variant of the target goes, and Location on the same origi
   }
 })
 
-t.test('case 8 across the fleet: a PUT through one sidecar drops the fleet\'s copy in Redis', async (t) => {
+t.test('case 8 across the fleet: a write through one sidecar drops the fleet\'s copies, in Redis and in every sidecar\'s memory', async (t) => {
   const redis = await startRedis(t)
   const ti = await startTi(t)
   let n = 0
@@ -164,6 +164,13 @@ t.test('case 8 across the fleet: a PUT through one sidecar drops the fleet\'s co
   t.equal(after.body, 'v3')
   t.match(after.headers['cache-status'], 'fwd=miss')
   t.equal((await b.metrics()).get(seriesKey('store_auth_proxy_cache_invalidations_total', { where: 'redis' })), 2, 'both variants')
+  // a's own copy in memory went too, told through Redis.
+  await eventually(t, 'a dropped its copy', async () =>
+    (await a.metrics()).get(seriesKey('store_auth_proxy_cache_invalidations_total', { where: 'memory' })) === 1)
+  const fromA = await a.get('/v2/store/a', ASKS)
+  t.equal(fromA.body, 'v3', 'the answer b fetched after the write, from Redis')
+  t.match(fromA.headers['cache-status'], '; hit')
+  t.equal(ti.received.filter((r) => r.method === 'GET').length, 3)
 })
 
 t.test('case 9: s-maxage, must-revalidate and proxy-revalidate are never served stale: not on TI\'s error, a spent budget or a cool-down', async (t) => {

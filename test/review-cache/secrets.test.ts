@@ -4,7 +4,8 @@ import t from 'tap'
 import { Redis } from 'ioredis'
 import { CLIENT_SECRET } from '../helpers/build.js'
 import { startRedis } from '../helpers/redis.js'
-import { cacheSidecar, startTi } from '../cache/fixture.js'
+import { startTi } from '../cache/fixture.js'
+import { fleetSidecar } from '../cache/fleet-ready.js'
 
 const ENV = { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0' }
 const REDIS_PASSWORD = 'redis-pw-S3cret-4711'
@@ -26,7 +27,7 @@ t.test('Regression: TI\'s Vary: Authorization puts the caller\'s own Authorizati
   const redis = await startRedis(t, { password: REDIS_PASSWORD })
   const ti = await startTi(t)
   ti.answer(() => ({ status: 200, headers: { vary: 'Authorization' }, body: 'the catalog' }))
-  const s = await cacheSidecar(t, ti, ENV, { redisUrl: redis.url, systemClock: true })
+  const s = await fleetSidecar(t, ti, ENV, { redisUrl: redis.url, systemClock: true })
   const first = await s.get('/v2/store/a', { authorization: `Bearer ${CALLER_SECRET}` })
   t.match(first.headers['cache-status'], '; stored')
   let stored = ''
@@ -41,7 +42,7 @@ t.test('Regression: TI\'s Vary: Authorization puts the caller\'s own Authorizati
 t.test('PROBE: the sidecar\'s token, client secret and Redis password are in no Redis value, /status, Cache-Status or log line', async (t) => {
   const redis = await startRedis(t, { password: REDIS_PASSWORD })
   const ti = await startTi(t)
-  const s = await cacheSidecar(t, ti, ENV, { redisUrl: redis.url, systemClock: true })
+  const s = await fleetSidecar(t, ti, ENV, { redisUrl: redis.url, systemClock: true })
   const first = await s.get('/v2/store/a?customer=jane')
   const token = String(ti.received[0]?.headers.authorization).replace(/^Bearer /, '')
   t.ok(token.length > 8, 'TI got a token')
