@@ -5,6 +5,7 @@ import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
+import { checkOrders, type RoutePolicy } from './orders.js'
 
 export interface Config {
   readonly authUrl: string
@@ -52,6 +53,10 @@ export interface Config {
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
+  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/); undefined: none. */
+  readonly stateDir: string | undefined
+  /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
+  readonly policy: RoutePolicy
 }
 
 /**
@@ -77,6 +82,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
   const egressProxy = loadEgressProxy(env, problems)
+  const orders = checkOrders(raw, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -114,7 +120,9 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,
-    egressProxy
+    egressProxy,
+    stateDir: orders.stateDir,
+    policy: orders.policy
   })
 }
 
