@@ -29,6 +29,8 @@ import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 import { pendingResponse } from './upstream/socket-internals.js'
 import { createIdempotency, type IdempotencyTiming } from './idempotency/create.js'
+import { enforcePolicy } from './policy/policy.js'
+import { testOrderUpstream } from './policy/test-orders.js'
 import type { IdempotencyStage } from './idempotency/stage.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
@@ -344,11 +346,12 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   })
   answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
   shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
+  enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream,
+    upstream: config.policy.testOrders ? testOrderUpstream(upstream, config.upstreamUrl) : upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,

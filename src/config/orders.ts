@@ -55,3 +55,8 @@ export function checkOrders (raw: RawEnv, problems: string[]): OrdersConfig {
     policy: Object.freeze({ allowed: allowed === undefined ? undefined : Object.freeze(allowed), testOrders: raw.TEST_ORDERS === true })
   })
 }
+
+/** What the start-up log says of the policy. */
+export function describePolicy (policy: RoutePolicy): { allowedRoutes: string[] | 'all', testOrders: boolean } {
+  return { allowedRoutes: policy.allowed?.map((route) => route.id) ?? 'all', testOrders: policy.testOrders }
+}

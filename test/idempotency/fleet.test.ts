@@ -22,11 +22,12 @@ async function fleet (t: Test, count = 2, env: Record<string, string> = {}) {
   const sidecars = []
   for (let i = 0; i < count; i++) sidecars.push(await start())
   const prefix = redisKeyPrefix(standIn.url, CLIENT_ID)
-  /** Waits out a recovery window (a new Redis has one too): a key nobody uses answers something else than 503. */
-  const settled = async (url: string): Promise<void> => {
-    await eventually(t, 'the recovery window ends', async () => (await post(url, ORDERS, '{}')).status !== 503)
+  /** Waits out a recovery window (a new Redis has one too): an epoch, and no window left. */
+  const settled = async (): Promise<void> => {
+    await eventually(t, 'the recovery window ends', async () =>
+      await redis.command('EXISTS', `${prefix}idem:epoch`) === ':1' && await redis.command('PTTL', `${prefix}idem:recovering`) === ':-2')
   }
-  for (const s of sidecars) await settled(s.proxyUrl)
+  await settled()
   return { redis, ti, sidecars, start, prefix, settled }
 }
 
@@ -69,7 +70,7 @@ t.test('Redis away: 503 IDEMPOTENCY_UNAVAILABLE, nothing sent; back: keys are ch
   redis.freeze()
   redis.thaw()
   await redis.start()
-  await settled(a!.proxyUrl)
+  await settled()
   const retry = await order(a!.proxyUrl, 'before')
   t.equal(retry.headers['idempotent-replayed'], 'true', 'the key this sidecar held is written back to the emptied Redis')
   t.equal(ti.orders.length, 1)
@@ -82,7 +83,7 @@ t.test('Redis restarted empty: refused while the fleet writes its keys back, the
   await order(b!.proxyUrl, 'cut-on-b').catch(() => undefined)
   await redis.restart({ withData: false })
   await eventually(t, 'a sidecar refuses during the recovery window', async () => codeOf(await order(b!.proxyUrl, 'new-key')) === 'IDEMPOTENCY_UNAVAILABLE')
-  await settled(a!.proxyUrl)
+  await settled()
   t.equal((await order(b!.proxyUrl, 'placed-on-a')).headers['idempotent-replayed'], 'true', 'A\'s key, replayed by B')
   t.equal(codeOf(await order(a!.proxyUrl, 'cut-on-b')), 'ORDER_OUTCOME_UNKNOWN', 'B\'s unknown outcome, held by A')
   t.same(ti.duplicates(), [])
@@ -106,7 +107,7 @@ t.test('with STATE_DIR and Redis, an outcome unknown at a crash is unknown for t
   const stateDir = tempDir('orders-')
   const { ti, sidecars: [b], start, settled } = await fleet(t, 1)
   const a = await start({ STATE_DIR: stateDir })
-  await settled(a.proxyUrl)
+  await settled()
   ti.script(() => ({ kind: 'hold' }))
   const pending = order(a.proxyUrl, 'crash').catch(() => undefined)
   await eventually(t, 'TI holds the order', () => ti.held() === 1)
