@@ -155,6 +155,8 @@ export function createRedisKeyStore ({ connection, prefix, clock, log, mirror, t
         return { kind: 'held', entry: held }
       } catch (err) {
         if (err instanceof Lost) return { kind: 'unavailable', reason: 'redis lost its keys and the fleet is writing them back', retryAfterMs: recoveryMs }
+        // A take that timed out may have taken the key all the same: given back, as nothing is sent.
+        client.idemRelease(keyOf(id), EPOCH_KEY, epoch, entry.owner).catch(() => {})
         return { kind: 'unavailable', reason: 'the fleet\'s redis is not answering', retryAfterMs: 1000 }
       }
     },

@@ -17,7 +17,16 @@ async function fleet (t: Test, count = 2, env: Record<string, string> = {}) {
   const redis = await startRedis(t)
   const ti = await startTi(t)
   const standIn = await startStandIn(t)
-  const base = { AUTH_URL: standIn.url, UPSTREAM_URL: ti.url, RATE_LIMITS: `${RULE} idempotency=24h require-key`, RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_COOLDOWN_MS: '0', ...env }
+  const base = {
+    AUTH_URL: standIn.url,
+    UPSTREAM_URL: ti.url,
+    RATE_LIMITS: `${RULE} idempotency=24h require-key`,
+    RATE_LIMIT_REDIS_URL: redis.url,
+    RATE_LIMIT_COOLDOWN_MS: '0',
+    // A busy machine: a slow Redis answer is a 503, tested on its own below.
+    RATE_LIMIT_REDIS_TIMEOUT_MS: '2000',
+    ...env
+  }
   const start = async (extra: Record<string, string> = {}) => await build(t, { ...base, ...extra }, { idempotencyTiming: TIMING })
   const sidecars = []
   for (let i = 0; i < count; i++) sidecars.push(await start())
