@@ -18,6 +18,7 @@ import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics
 import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload/manager.js'
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
+import { exportBudgets } from './quota/rate-limit-fields.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import type { ReadCache } from './cache/read-cache.js'
 import type { SharedCache } from './cache/redis-cache.js'
@@ -255,6 +256,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     metrics,
     ...(fleet === undefined ? {} : { fleet })
   })
+  exportBudgets(metrics, rateLimits.rules, (rule) => quota.budget(rule))
   if (!caching) return { quota }
   // lru-cache is loaded only when a rule has cache=.
   const { createReadCache } = await import('./cache/read-cache.js')
@@ -355,6 +357,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,
+    rateLimitHeaders: config.rateLimitHeaders,
     ...(cache === undefined ? {} : { cache }),
     ...(idempotency === undefined ? {} : { idempotency })
   })

@@ -74,6 +74,7 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...rateLimitMetrics(registry, rateLimitRedis),
     ...cacheMetrics(registry),
     ...overloadMetrics(registry),
+    ...budgetMetrics(registry),
     ...orderMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
@@ -350,5 +351,32 @@ function orderMetrics (registry: Registry) {
     }),
     /** Where idempotency_keys_unknown is read from. */
     measureUnknownKeys (fn: () => number): void { heldUnknown = fn }
+  }
+}
+
+/**
+ * What each limit of each rule may still send, read at each scrape (src/quota/rate-limit-fields.ts):
+ * the fleet's remaining while Redis answers, else this sidecar's share's; and each limit's quota.
+ */
+function budgetMetrics (registry: Registry) {
+  let read: () => Promise<void> = async () => {}
+  const rateLimitRemaining = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_remaining`,
+    help: 'What a limit of a rule may still send now, as RateLimit tells callers: the fleet\'s remaining while Redis answers, else this sidecar\'s share\'s; 0 while cooling down.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry],
+    async collect () { await read() }
+  })
+  const rateLimitQuota = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_quota`,
+    help: 'The quota of a limit of a rule (N of N/WINDOW), for the share of a budget spent.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry]
+  })
+  return {
+    rateLimitRemaining,
+    rateLimitQuota,
+    /** What rate_limit_remaining is read from at each scrape. */
+    readBudgets (fn: () => Promise<void>): void { read = fn }
   }
 }

@@ -38,6 +38,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   RATE_LIMIT_REDIS_URL_FILE: 'the Redis URL from a file instead, re-read before each reconnection',
   RATE_LIMIT_REDIS_TIMEOUT_MS: 'a Redis command slower than this counts as failed',
   RATE_LIMIT_FLEET_SIZE: 'the most sidecars on this credential at once; cut off from Redis, each spends its share',
+  RATE_LIMIT_HEADERS: 'RateLimit-Policy and RateLimit fields on the answers of budgeted rules',
   CACHE_MAX_BYTES: 'the read cache\'s copies in this sidecar\'s memory, at most',
   CACHE_ENTRY_MAX_BYTES: 'a larger answer is passed on, not stored',
   MEMORY_LIMIT_BYTES: 'shed new requests (503) before this; unset: the cgroup\'s limit; 0: none',

@@ -53,6 +53,8 @@ export interface Config {
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
+  readonly rateLimitHeaders: boolean
   /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/); undefined: none. */
   readonly stateDir: string | undefined
   /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
@@ -121,6 +123,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logFormat: raw.LOG_FORMAT,
     rateLimits,
     egressProxy,
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
     stateDir: orders.stateDir,
     policy: orders.policy
   })

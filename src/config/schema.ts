@@ -103,6 +103,7 @@ export const schema = {
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
+    RATE_LIMIT_HEADERS: { type: 'boolean', default: true },
     CACHE_MAX_BYTES: { type: 'integer', minimum: 64 * 1024, maximum: 1024 * 1024 * 1024, default: DEFAULT_CACHE_MAX_BYTES },
     CACHE_ENTRY_MAX_BYTES: { type: 'integer', minimum: 1024, maximum: 256 * 1024 * 1024, default: DEFAULT_CACHE_ENTRY_MAX_BYTES },
     MEMORY_LIMIT_BYTES: { type: 'integer', minimum: 0 },
