@@ -236,7 +236,9 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     }
     const redis = createRedisStore({ ...connection, clock })
     // The read cache's connection only when a rule has cache=.
-    if (caching) shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now() })
+    if (caching && config.cacheRedisMaxBytes > 0) {
+      shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
+    }
     fleet = (onCooldown) => createFleetStore({
       redis,
       clock,

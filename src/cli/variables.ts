@@ -41,6 +41,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   RATE_LIMIT_HEADERS: 'RateLimit-Policy and RateLimit fields on the answers of budgeted rules',
   CACHE_MAX_BYTES: 'the read cache\'s copies in this sidecar\'s memory, at most',
   CACHE_ENTRY_MAX_BYTES: 'a larger answer is passed on, not stored',
+  CACHE_REDIS_MAX_BYTES: 'the fleet\'s copies in Redis, at most (oldest evicted); 0: none kept in Redis',
   MEMORY_LIMIT_BYTES: 'shed new requests (503) before this; unset: the cgroup\'s limit; 0: none',
   MAX_IN_FLIGHT_REQUESTS: 'requests handled at once; more get 503; 0: no cap',
   MAX_CONNECTIONS: 'connections open on the proxy port; more get 503 and are closed; 0: no bound',

@@ -369,6 +369,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, reply.raw, {
       answer: (statusCode, answerHeaders) => {
         quota.answered(rule, { statusCode, headers: answerHeaders })
+        cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
