@@ -61,6 +61,7 @@ export function configSummary (config: Config): ConfigSummary {
     MAX_CONNECTIONS: config.maxConnections,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
+    STATE_DIR: config.stateDir,
     LOG_LEVEL: config.logLevel
   })
 }

@@ -45,6 +45,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   MAX_CONNECTIONS: 'connections open on the proxy port; more get 503 and are closed; 0: no bound',
   ACCESS_LOG: 'one log line per proxied request',
   STATUS_ENDPOINT: 'serve the admin /status; false: 404',
+  STATE_DIR: 'a directory that outlives a restart (an emptyDir): the quota ledger is kept there',
   LOG_FORMAT: 'json for collectors, pretty for a person; auto: pretty when stdout is a terminal',
   LOG_LEVEL: 'fatal, error, warn, info, debug, trace or silent',
   HTTPS_PROXY: 'egress proxy for https:// targets (CONNECT tunnel); also https_proxy',

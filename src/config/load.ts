@@ -48,6 +48,8 @@ export interface Config {
   readonly egressProxy: EgressProxy
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
+  /** STATE_DIR: where state that outlives a restart is kept (the quota ledger under quota/); '' for none. */
+  readonly stateDir: string
   readonly logLevel: LogLevel
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
@@ -111,6 +113,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     maxConnections: raw.MAX_CONNECTIONS,
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
+    stateDir: raw.STATE_DIR ?? '',
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,
