@@ -17,6 +17,7 @@ import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics
 import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload/manager.js'
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
+import { exportBudgets } from './quota/rate-limit-fields.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import { createLedger } from './quota/ledger.js'
 import { createLedgerWriter, readLedgerFile, restoreLedger } from './quota/ledger-file.js'
@@ -229,7 +230,9 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     }
     const redis = createRedisStore({ ...connection, clock })
     // The read cache's connection only when a rule has cache=.
-    if (caching) shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now() })
+    if (caching && config.cacheRedisMaxBytes > 0) {
+      shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
+    }
     fleet = (onCooldown) => createFleetStore({
       ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
       redis,
@@ -251,6 +254,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     ...(fleet === undefined ? {} : { fleet }),
     ...(durable === undefined ? {} : { durable })
   })
+  exportBudgets(metrics, rateLimits.rules, (rule) => quota.budget(rule))
   if (!caching) return { quota }
   // lru-cache is loaded only when a rule has cache=.
   const { createReadCache } = await import('./cache/read-cache.js')
@@ -368,6 +372,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,
+    rateLimitHeaders: config.rateLimitHeaders,
     ...(cache === undefined ? {} : { cache })
   })
   return proxyServer
