@@ -5,6 +5,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin/routes.js'
+import { idempotencyReleaseRoute } from './admin/idempotency-release.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
@@ -32,6 +33,10 @@ import { createCredentialReader, credentialOrigin, type ReadFile } from './token
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 import { pendingResponse } from './upstream/socket-internals.js'
+import { createIdempotency, type IdempotencyTiming } from './idempotency/create.js'
+import { enforcePolicy } from './policy/policy.js'
+import { testOrderUpstream } from './policy/test-orders.js'
+import type { IdempotencyStage } from './idempotency/stage.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
@@ -54,6 +59,8 @@ export interface AppDependencies {
   version?: string
   /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
   quotaTiming?: Partial<FleetTiming>
+  /** The idempotency keys' epoch check, recovery window and pending margin (src/idempotency/create.ts); tests shorten them. */
+  idempotencyTiming?: IdempotencyTiming
   /** Where the cgroup's memory limit is read from (memory-limit.ts); tests give fixture files. */
   readSystemFile?: ReadSystemFile
   /** Live memory for the overload manager (overload.ts liveBytes by default). */
@@ -102,7 +109,10 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 
   const { quota, cache } = await createQuota(config, deps, metrics)
   const overload = createOverload(config, deps, metrics)
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }) })
+  const idempotency = await createIdempotency(config, {
+    log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
+  })
+  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }) })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -114,6 +124,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   await admin.register(adminRoutes, {
     tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
+  if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })
 
   return {
     proxy: proxyServer,
@@ -124,7 +135,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     overload,
     start: async () => {
       overload.start()
-      await Promise.all([tokens.start(), quota.start(), cache?.start()])
+      await Promise.all([tokens.start(), quota.start(), cache?.start(), idempotency?.start()])
     },
     drain: () => { draining = true },
     close () {
@@ -147,7 +158,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
     overload.stop()
-    await Promise.all([quota.close(), cache?.close()])
+    await Promise.all([quota.close(), cache?.close(), idempotency?.close()])
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
@@ -214,7 +225,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
   let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
   let shared: SharedCache | undefined
-  const durable = config.stateDir === '' || rateLimits.rules.length === 0 ? undefined : keptLedger(config, clock, log.child({ component: 'quota' }))
+  const durable = config.stateDir === undefined || rateLimits.rules.length === 0 ? undefined : keptLedger(config.stateDir, config, clock, log.child({ component: 'quota' }))
   if (rateLimits.redisUrl !== undefined) {
     const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
       import('./quota/redis-backend.js'), import('./quota/fleet-store.js')])
@@ -271,9 +282,9 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
 }
 
 /** The quota ledger kept in STATE_DIR: an earlier run's sends restored, a writer for this run's. */
-function keptLedger (config: Config, clock: Clock, log: Logger) {
+function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
   const { rules, redisUrl, fleetSize } = config.rateLimits
-  const loaded = readLedgerFile(config.stateDir)
+  const loaded = readLedgerFile(dir)
   const ledger = createLedger(clock)
   // A corrupt file: as spent as this sidecar could spend alone (embedded: the whole budget).
   const capacity = (limit: Limit): number => redisUrl === undefined ? limit.count : fleetSize === 0 ? 0 : Math.floor(limit.count / fleetSize)
@@ -284,14 +295,14 @@ function keptLedger (config: Config, clock: Clock, log: Logger) {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
   const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
-  const writer = createLedgerWriter(config.stateDir, member, ledger, clock)
+  const writer = createLedgerWriter(dir, member, ledger, clock)
   return { ledger, member, save: writer.save }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -364,16 +375,18 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   })
   answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
   shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
+  enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream,
+    upstream: config.policy.testOrders ? testOrderUpstream(upstream, config.upstreamUrl) : upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,
     rateLimitHeaders: config.rateLimitHeaders,
-    ...(cache === undefined ? {} : { cache })
+    ...(cache === undefined ? {} : { cache }),
+    ...(idempotency === undefined ? {} : { idempotency })
   })
   return proxyServer
 }

@@ -114,6 +114,8 @@ export const schema = {
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
     STATE_DIR: { type: 'string' },
+    ALLOWED_ROUTES: { type: 'string' },
+    TEST_ORDERS: { type: 'boolean', default: false },
     LOG_FORMAT: logFormat,
     LOG_LEVEL: logLevel
   }
