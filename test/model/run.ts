@@ -280,7 +280,7 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
     close(() => true)
   }
 
-  /** Until every sidecar answers through Redis with the whole fleet present (3 s at most), then the young epoch's grace. */
+  /** Until every sidecar answers through Redis with the whole fleet present (3 s at most). */
   const settle = async (): Promise<void> => {
     const by = performance.now() + 3000
     for (;;) {
@@ -289,7 +289,6 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       if (performance.now() > by) { log(`not settled: ${JSON.stringify(views)}`); break }
       await sleep(QUOTA_TIMING.heartbeatMs / 2)
     }
-    await sleep(QUOTA_TIMING.freshGraceMs)
   }
 
   const step = async (c: Command): Promise<void> => {
@@ -345,6 +344,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
 
   // Every sidecar holds a token and shares the budgets through Redis before the first step.
   await settle()
+  // A new Redis's epoch is young: its grace passes before the first caller.
+  await sleep(QUOTA_TIMING.freshGraceMs)
   log(`fleet of ${size}: ${RATE_LIMITS}`)
   try {
     for (const c of schedule) {

@@ -19,7 +19,7 @@ export interface RuleModel {
 export const RULES = {
   catalog: { rule: 'GET /v2/store/products/catalog', n: 2, windowMs: 4000, cache: { freshMs: 2000, staleMs: 6000 } },
   items: { rule: 'GET /v2/store/products/**', n: 10, windowMs: 2000, cache: { freshMs: 1000, staleMs: 3000 } },
-  orders: { rule: 'GET /v2/store/orders', n: 3, windowMs: 3000 }
+  orders: { rule: 'GET /v2/store/orders', n: 3, windowMs: 4000 }
 } satisfies Record<string, RuleModel>
 export type RuleName = keyof typeof RULES
 export const CATALOG = RULES.catalog
@@ -28,15 +28,16 @@ export const ORDERS = RULES.orders
 export const RATE_LIMITS = Object.values(RULES).map((r: RuleModel) =>
   `${r.rule} ${r.n}/${r.windowMs}ms${r.cache === undefined ? '' : ` cache=${r.cache.freshMs}ms stale=${r.cache.staleMs}ms`}`).join('; ')
 
-/** Two keys of the catalog (one budget), a product, and the uncached rule's path. */
+/** Three keys of the catalog (one budget), a product, and the uncached rule's path. */
 export const TARGETS = {
   p1: '/v2/store/products/catalog?page=1',
   p2: '/v2/store/products/catalog?page=2',
+  p3: '/v2/store/products/catalog?page=3',
   item: '/v2/store/products/42',
   orders: '/v2/store/orders'
 } as const
 export type PathKind = keyof typeof TARGETS
-export const RULE_OF: Record<PathKind, RuleName> = { p1: 'catalog', p2: 'catalog', item: 'items', orders: 'orders' }
+export const RULE_OF: Record<PathKind, RuleName> = { p1: 'catalog', p2: 'catalog', p3: 'catalog', item: 'items', orders: 'orders' }
 export const ruleModel = (path: PathKind): RuleModel => RULES[RULE_OF[path]]
 export const cached = (path: PathKind): boolean => ruleModel(path).cache !== undefined
 /** The path a request target at TI is, or undefined. */
@@ -90,7 +91,7 @@ const callerArb = (size: number, leaving = false): fc.Arbitrary<Caller> => fc.re
 
 const burstArb = (size: number): fc.Arbitrary<Command> => fc.record({
   op: fc.constant('burst' as const),
-  path: fc.constantFrom<PathKind>('p1', 'p1', 'p2', 'item', 'orders'),
+  path: fc.constantFrom<PathKind>('p1', 'p1', 'p2', 'p3', 'item', 'orders'),
   callers: fc.array(fc.oneof({ weight: 6, arbitrary: callerArb(size) }, { weight: 1, arbitrary: callerArb(size, true) }), { minLength: 1, maxLength: 6 })
 })
 
@@ -106,9 +107,9 @@ export function commandsOf (kind: FaultKind, size: number): fc.Arbitrary<Command
   switch (kind) {
     case 'slow': return one(fc.integer({ min: 150, max: 1200 }).map((ms): Command => ({ op: 'slow', ms })))
     case 'evict':
-      // A miss of the other key right after: its fetch needs the budget the eviction may have taken.
-      return fc.tuple(fc.constantFrom('volatile-lru' as const, 'allkeys-lru' as const), callerArb(size))
-        .map(([policy, caller]): Command[] => [{ op: 'evict', policy }, { op: 'burst', path: 'p2', callers: [caller] }])
+      // Misses of other keys right after: their fetches need the budget the eviction may have taken.
+      return fc.tuple(fc.constantFrom('volatile-lru' as const, 'allkeys-lru' as const), callerArb(size), callerArb(size))
+        .map(([policy, a, b]): Command[] => [{ op: 'evict', policy }, { op: 'burst', path: 'p2', callers: [a] }, { op: 'burst', path: 'p3', callers: [b] }])
     case 'partition': return one(fc.record({ op: fc.constant('partition' as const), s: sidecarArb(size), how: fc.constantFrom('cut' as const, 'stall' as const) }))
     case 'restart':
     case 'replace': return one(sidecarArb(size).map((s): Command => ({ op: kind, s })))
