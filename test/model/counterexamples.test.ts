@@ -8,8 +8,8 @@ import { runSchedule } from './run.js'
 import type { Caller, Command } from './schedule.js'
 
 t.setTimeout(120_000)
-// Each schedule mostly waits (windows, timeouts) on a fleet, a redis-server and ports of its own.
-t.jobs = 5
+// Each schedule mostly waits (windows, timeouts) on a fleet, a redis-server and ports of its own: three at a time.
+t.jobs = 3
 
 async function holds (t: Test, caseId: string, size: number, schedule: Command[]): Promise<void> {
   const report = await runSchedule(size, schedule, 'cx', { gate: new Set() })
@@ -67,5 +67,25 @@ t.test('case-5: TI hangs; six waiters of one fetch each get a status line in tim
   await holds(t, 'case-5', 2, [
     { op: 'tiSlow', ms: 1500 },
     { op: 'burst', path: 'item', callers: together(6, () => 0) }
+  ])
+})
+
+t.test('case-6: three sidecars find one stale product; one refresh reaches TI', async (t) => {
+  // A product (10/2s, cache=1s stale=3s) stored through A; stale a second later; a caller on
+  // each sidecar at once: each refreshes it, spending a point each.
+  await holds(t, 'case-6', 3, [
+    { op: 'burst', path: 'item', callers: [{ s: 0, delayMs: 0 }] },
+    { op: 'wait', ms: 1200 },
+    { op: 'burst', path: 'item', callers: together(3, (i) => i) }
+  ])
+})
+
+t.test('case-7: an entry in another layout (a rolling update) is a miss, not a 500', async (t) => {
+  // A stores the catalog in Redis; the entry is rewritten as another version would write it;
+  // B, which has no copy of its own, reads it.
+  await holds(t, 'case-7', 2, [
+    { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },
+    { op: 'foreign' },
+    { op: 'burst', path: 'p1', callers: [{ s: 1, delayMs: 0 }] }
   ])
 })

@@ -57,6 +57,8 @@ export type Command =
   | { op: 'slow', ms: number }
   /** FLUSHALL: budgets, epoch, cache entries and fetch markers gone at once. */
   | { op: 'flush' }
+  /** Every cache entry in Redis rewritten in another layout (another version's, mid rolling update), its TTL kept. */
+  | { op: 'foreign' }
   /** `maxmemory` just above what Redis holds, an evicting policy, and other entries written (another cache's): keys evicted until a heal. */
   | { op: 'evict', policy: 'volatile-lru' | 'allkeys-lru' }
   /** Sidecar `s` alone cut off from Redis (refused, or a stall) until a heal. */
@@ -74,10 +76,10 @@ export type Command =
   | { op: 'heal' }
 
 export type FaultKind =
-  | 'freeze' | 'slow' | 'flush' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut'
+  | 'freeze' | 'slow' | 'flush' | 'foreign' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut'
   | 'tokenLapse' | 'tiSlow' | 'ti5xx' | 'ti429' | 'callerLeaves'
 export const FAULT_KINDS: FaultKind[] = [
-  'freeze', 'slow', 'flush', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut',
+  'freeze', 'slow', 'flush', 'foreign', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut',
   'tokenLapse', 'tiSlow', 'ti5xx', 'ti429', 'callerLeaves'
 ]
 
@@ -136,6 +138,11 @@ export function commandsOf (kind: FaultKind, size: number): fc.Arbitrary<Command
         path: fc.constantFrom<PathKind>('p1', 'p2', 'item', 'orders'),
         callers: fc.tuple(callerArb(size, true), fc.array(callerArb(size), { maxLength: 3 })).map(([leaving, others]) => [leaving, ...others])
       }))
+    case 'foreign':
+      // Callers through every sidecar right after: one without a copy of its own reads Redis's.
+      return fc.constantFrom<PathKind>('p1', 'item').map((path): Command[] => [
+        { op: 'foreign' }, { op: 'burst', path, callers: Array.from({ length: size }, (_, s) => ({ s, delayMs: 0 })) }
+      ])
     case 'tokenLapse':
       // Callers of the catalog right after: the stored answer must stand in for the token.
       return fc.array(callerArb(size), { minLength: 1, maxLength: 3 }).map((callers): Command[] => [{ op: 'tokenLapse' }, { op: 'burst', path: 'p1', callers }])
