@@ -40,6 +40,7 @@ export function configSummary (config: Config): ConfigSummary {
     SHUTDOWN_GRACE_MS: config.shutdownGraceMs,
     SHUTDOWN_DELAY_MS: config.shutdownDelayMs,
     MAX_HEADER_BYTES: config.maxHeaderBytes,
+    MAX_HEADER_COUNT: config.maxHeaderCount,
     MAX_BODY_BYTES: config.maxBodyBytes,
     HEADERS_TIMEOUT_MS: config.headersTimeoutMs,
     REQUEST_TIMEOUT_MS: config.requestTimeoutMs,
@@ -59,8 +60,10 @@ export function configSummary (config: Config): ConfigSummary {
     MEMORY_LIMIT_BYTES: config.memoryLimitBytes ?? '',
     MAX_IN_FLIGHT_REQUESTS: config.maxInFlightRequests,
     MAX_CONNECTIONS: config.maxConnections,
+    ADMIN_MAX_CONNECTIONS: config.adminMaxConnections,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
+    STATUS_FROM: config.statusFrom,
     LOG_LEVEL: config.logLevel
   })
 }
