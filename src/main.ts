@@ -2,18 +2,15 @@
 // The entry point, and the only file that reads process.env. `--help` lists the commands
 // (src/cli/commands.ts); the README's "Command line" section mirrors it.
 //
-// Only light modules are imported here. fastify, undici and pino are imported by the
-// commands that use them: a container runtime runs `healthcheck` every few seconds, and
-// loading the whole stack would cost each check some 0.4 s of CPU and 75 MiB.
+// Only light modules are imported here: each command imports what it runs, and nothing
+// else. A container runtime runs `healthcheck` every few seconds (loading the whole stack
+// would cost each check some 0.4 s of CPU and 75 MiB), and `serve` loads neither the demo
+// nor the other commands (test/startup/loaded-modules.test.ts).
 import { commandTable, parseInvocation, versionLine } from './cli/commands.js'
-import { loadLogger } from './cli/exit.js'
-import { describe, loadSidecarConfig, serve } from './cli/serve.js'
 import { listenHost } from './config/listeners.js'
 import type { Env } from './config/parse-env.js'
 import { DEFAULT_ADMIN_PORT } from './config/schema.js'
-import { plainHttpWarnings } from './config/warnings.js'
-import { DEMO_COMMANDS, runDemoCommand } from './demo/commands.js'
-import { probe } from './cli/healthcheck.js'
+import { DEMO_COMMANDS } from './demo/command-table.js'
 import { refuseUnsupportedRuntime } from './cli/runtime.js'
 
 const HEALTHCHECK_TIMEOUT_MS = 3000
@@ -21,11 +18,13 @@ const HEALTHCHECK_TIMEOUT_MS = 3000
 async function run (command: string, args: string[], env: Env): Promise<void> {
   switch (command) {
     case 'serve': {
+      const [{ loadSidecarConfig, serve }, { loadLogger }] = await Promise.all([import('./cli/serve.js'), import('./cli/exit.js')])
       const config = await loadSidecarConfig(env)
       await serve(config, await loadLogger(config.logLevel, config.logFormat))
       return
     }
     case 'check-config': {
+      const [{ describe, loadSidecarConfig }, { plainHttpWarnings }] = await Promise.all([import('./cli/serve.js'), import('./config/warnings.js')])
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
       for (const warning of plainHttpWarnings(config)) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
@@ -36,6 +35,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
       const admin = listenHost(env.ADMIN_HOST ?? '0.0.0.0')
       const host = admin === '0.0.0.0' || admin === '::' ? '127.0.0.1' : admin
       const url = args[0] ?? `http://${host.includes(':') ? `[${host}]` : host}:${env.ADMIN_PORT ?? DEFAULT_ADMIN_PORT}/readyz`
+      const { probe } = await import('./cli/healthcheck.js')
       const result = await probe(url, HEALTHCHECK_TIMEOUT_MS)
       // One line either way: `docker inspect` and `docker exec ... healthcheck` show it.
       if (result.ok) process.stdout.write(`healthy: ${result.message}\n`)
@@ -44,7 +44,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
       break
     }
     default:
-      await runDemoCommand(command, env)
+      await (await import('./demo/commands.js')).runDemoCommand(command, env)
   }
 }
 

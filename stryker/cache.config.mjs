@@ -9,6 +9,7 @@ export default area('cache', {
   testFiles: [
     'test/cache/policy.test.ts',
     'test/cache/flights.test.ts',
+    'test/cache/flight-failures.test.ts',
     'test/cache/rules.test.ts'
   ],
   breakAt: 95

@@ -1,8 +1,8 @@
 // The demo commands: `stand-in` and `caller` (docker-compose's services) and `demo`
-// (both sides on this machine), with their help.
+// (both sides on this machine); their help is in command-table.ts, which main.ts reads
+// without loading this file.
 import type { AddressInfo } from 'node:net'
 import closeWithGrace from 'close-with-grace'
-import type { Command } from '../cli/command.js'
 import { configOrExit, listenOrExit, loadLogger } from '../cli/exit.js'
 import { loadSidecarConfig, serve } from '../cli/serve.js'
 import { systemClock } from '../clock.js'
@@ -10,34 +10,9 @@ import type { Env } from '../config/parse-env.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, loadCallerConfig, loadStandInConfig } from './config.js'
 import { DEMO_RATE_LIMITS, formatTour } from './tour.js'
 
-export const DEMO_COMMANDS: Record<string, Command> = {
-  demo: {
-    maxArgs: 0,
-    summary: 'the stand-in TI APIs and the sidecar in front of them, on this machine (npm run demo)',
-    details: `Starts, in one process, the stand-in TI OAuth and store APIs on 127.0.0.1:$STAND_IN_PORT
-(default 8081) with demo credentials, and the sidecar in front of them on PORT and
-ADMIN_PORT (admin on 127.0.0.1), with budgets and a cached catalog (RATE_LIMITS set by the
-demo). Prints a tour: commands to try, each with what to look for. Ctrl-C stops it.`
-  },
-  'stand-in': {
-    maxArgs: 0,
-    summary: 'the stand-in TI OAuth and store APIs alone (docker-compose)',
-    details: `Listens on STAND_IN_HOST:STAND_IN_PORT (default 127.0.0.1:8081). Other variables:
-STAND_IN_CLIENT_ID, STAND_IN_CLIENT_SECRET or STAND_IN_CLIENT_SECRET_FILE,
-STAND_IN_TOKEN_LIFETIME_MS, STAND_IN_STYLE (ti or apigee), LOG_LEVEL, LOG_FORMAT.`
-  },
-  caller: {
-    maxArgs: 0,
-    summary: 'the example caller service: calls the store API through the sidecar (docker-compose)',
-    details: `Every CALLER_INTERVAL_MS (default 5000) calls CALLER_TARGET_URL (default
-http://localhost:8080/v2/store/products/LM358BIDR?currency=USD), with CALLER_TIMEOUT_MS, and
-logs the answer.`
-  }
-}
-
 const STAND_IN_LISTENER = { host: 'STAND_IN_HOST', port: 'STAND_IN_PORT' }
 
-/** Runs one of DEMO_COMMANDS. */
+/** Runs one of DEMO_COMMANDS (command-table.ts). */
 export async function runDemoCommand (name: string, env: Env): Promise<void> {
   if (name === 'stand-in') await runStandIn(env)
   else if (name === 'demo') await runDemo(env)

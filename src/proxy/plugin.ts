@@ -15,6 +15,7 @@ import type { QuotaGuard, Ticket, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from '../cache/entries.js'
 import { fillAnswered, fillFailed, fillHeld, fillHolds, type Fill, type Serve } from '../cache/fill.js'
+import type { Failure } from '../cache/flights.js'
 import { cachedRequest } from '../cache/cached-request.js'
 import { requestCacheable, type StatusParams } from '../cache/policy.js'
 import type { CacheResult, ReadCache } from '../cache/read-cache.js'
@@ -190,6 +191,11 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function acquireToken (request: FastifyRequest, done: HookHandlerDoneFunction): void {
+    // The cache is asked first: a stored answer needs no token (cached-request.ts gets one for a fetch).
+    if (cacheRule(request) !== undefined) {
+      done()
+      return
+    }
     const token = tokens.current()
     if (token !== undefined) {
       request.token = token
@@ -200,6 +206,13 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       request.token = fresh
       done()
     }, done)
+  }
+
+  /** The rule with cache= whose stored answers may serve this GET or HEAD (none: it is sent as any request). */
+  function cacheRule (request: FastifyRequest): (Rule & { cache: CacheOption }) | undefined {
+    if (cache === undefined || request.fill !== null || !requestCacheable(request.method, request.headers)) return undefined
+    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+    return rule?.cache === undefined ? undefined : rule as Rule & { cache: CacheOption }
   }
 
   const upstreamHost = new URL(upstreamUrl).host
@@ -219,15 +232,16 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       forward(request, reply, undefined, undefined)
       return
     }
-    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
-    if (cache !== undefined && rule?.cache !== undefined && request.fill === null && requestCacheable(request.method, request.headers)) {
-      cached(request, reply, rule as Rule & { cache: CacheOption }).catch((err: unknown) => {
+    const cacheable = cacheRule(request)
+    if (cacheable !== undefined) {
+      cached(request, reply, cacheable).catch((err: unknown) => {
         request.fill?.flight.settle(undefined)
         request.log.error({ err }, 'read cache failed')
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
       })
       return
     }
+    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
     const verdict = quota.admit(rule, reply.raw)
     if (!(verdict instanceof Promise)) {
       admitted(request, reply, rule, verdict)
@@ -249,9 +263,32 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
   }
 
+  /** Answers a caller that waited for a fetch that failed with that fetch's failure. */
+  function answerFailure (request: FastifyRequest, reply: FastifyReply, failure: Failure): void {
+    if (callerGone(request)) return
+    if ('answer' in failure) {
+      reply.hijack()
+      sendHeld(reply.raw, failure.answer)
+      return
+    }
+    const error = isOwnError(failure.error) ? failure.error as FastifyError : new InternalError()
+    sendError(reply, error, metrics, failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds })
+  }
+
   const cached = cache === undefined
     ? async () => {}
-    : cachedRequest({ cache, quota, upstreamUrl, admitted, serve: serveCached, callerGone, forwardedPath })
+    : cachedRequest({
+      cache,
+      quota,
+      upstreamUrl,
+      admitted,
+      serve: serveCached,
+      callerGone,
+      forwardedPath,
+      hasToken: () => tokens.current() !== undefined,
+      needToken: async (request) => { request.token = tokens.current() ?? await tokens.get() },
+      fail: answerFailure
+    })
 
   function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
@@ -266,12 +303,15 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       fill?.flight.settle(undefined)
       return
     }
-    fill?.flight.settle(undefined)
-    // Left while waiting for its budget: never sent, nothing spent.
-    if (verdict.reason === 'gone' || callerGone(request)) return
+    // Left while waiting for its budget: never sent, nothing spent (a waiter leads the next fetch).
+    if (verdict.reason === 'gone' || callerGone(request)) {
+      fill?.flight.settle(undefined)
+      return
+    }
     // A stored answer stands in for the refusal while it is within stale=.
     const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
     if (fill?.found !== undefined && standing?.usable === true) {
+      fill.flight.settle(fill.found, true)
       // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
       const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
       serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
@@ -280,7 +320,10 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     if (fill !== null) cache?.missed(fill.rule.id)
     const { message, retryAfterSeconds } = quota.describe(verdict)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
-    sendError(reply, new UpstreamRateLimitedError(message), metrics, { retryAfterSeconds })
+    const error = new UpstreamRateLimitedError(message)
+    // Those waiting for this fetch are refused with it, at once, not one budget wait each.
+    fill?.flight.fail({ error, retryAfterSeconds })
+    sendError(reply, error, metrics, { retryAfterSeconds })
   }
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
@@ -323,7 +366,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       // Nothing of the request reached the upstream: its budget point goes back.
       unsent: () => { quota.refund(ticket) },
       failed: (err) => {
-        if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply))) return
+        if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply), { error: upstreamError(err) })) return
         if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
@@ -374,7 +417,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         return
       }
       if (fresh === undefined) {
-        request.fill?.flight.settle(undefined)
+        request.fill?.flight.fail({ answer })
         if (callerGone(request)) return
         // No newer token came: the caller gets the upstream's own answer.
         reply.hijack()

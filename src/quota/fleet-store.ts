@@ -50,6 +50,8 @@ export interface FleetStatus {
   declared: number
   /** Why Redis is not used, when it is not (never a credential). */
   problem: string | undefined
+  /** Settling on its first contact: the sidecar has never had a tally it could trust (holds /readyz). */
+  starting: boolean
 }
 
 export interface FleetStoreOptions {
@@ -84,6 +86,12 @@ export function createFleetStore (options: FleetStoreOptions) {
   let present = 0
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
   let graceUntil = -Infinity
+  /** The grace of a first contact made at start: until then this sidecar has never had a tally to trust. */
+  let firstGraceUntil: number | undefined
+  /** Whether start() is making the first contact (a later one may find a fleet already serving). */
+  let starting = true
+  /** The sidecars present when more than RATE_LIMIT_FLEET_SIZE was last reported (0: not over). */
+  let reportedOver = 0
   /**
    * The latest monotonic time at which Redis may still count this sidecar present: every
    * presence-renewing script is sent with a deadline of its send time + the timeout, and
@@ -103,6 +111,26 @@ export function createFleetStore (options: FleetStoreOptions) {
     present = reply.present
     metrics.rateLimitFleetSize?.set(size)
     metrics.rateLimitFleetPresent?.set(present)
+    reportFleetSize()
+  }
+
+  /**
+   * More sidecars present than RATE_LIMIT_FLEET_SIZE declares: the one moment a sidecar can see
+   * the guarantee's first assumption broken (shares spent while cut off may add up to more
+   * than a budget). Logged once per change of the count; /readyz and /status say it too.
+   */
+  function reportFleetSize (): void {
+    const over = fleetFloor > 0 && present > fleetFloor ? present : 0
+    if (over === reportedOver) return
+    reportedOver = over
+    if (over > 0) {
+      log.warn({ declared: fleetFloor, present },
+        // Stryker disable next-line StringLiteral: log wording (the fields are tested)
+        'more sidecars present than RATE_LIMIT_FLEET_SIZE declares: shares spent while cut off from redis may add up to more than a budget; set it to the most sidecars that run at once')
+    } else {
+      // Stryker disable next-line StringLiteral: log wording (the fields are tested)
+      log.info({ declared: fleetFloor, present }, 'no more sidecars present than RATE_LIMIT_FLEET_SIZE declares')
+    }
   }
 
   function setState (next: FleetState): void {
@@ -249,6 +277,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         }
         member.epoch = reply.epoch
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
+        if (starting) firstGraceUntil = graceUntil
         learn(reply)
         await shareCooldowns()
         const was = state
@@ -347,7 +376,10 @@ export function createFleetStore (options: FleetStoreOptions) {
     ...store,
     cooldowns,
     displayUrl: redis.displayUrl,
-    status: (): FleetStatus => ({ state: state === 'shared' && clock.now() < graceUntil ? 'settling' : state, size, present, declared: fleetFloor, problem }),
+    status (): FleetStatus {
+      const settling = state === 'shared' && clock.now() < graceUntil
+      return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === firstGraceUntil }
+    },
     /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => shareOf(limit),
     /** Connects for at most the timeout (at least 1 s); never fails. */
@@ -360,10 +392,11 @@ export function createFleetStore (options: FleetStoreOptions) {
         if (state === 'shared') fallBack(err)
       })
       metrics.rateLimitFleetSize?.set(size)
-      if (await redis.connect()) {
-        await reassert()
-        return
-      }
+      metrics.rateLimitFleetDeclared?.set(fleetFloor)
+      const up = await redis.connect()
+      if (up) await reassert()
+      starting = false
+      if (up) return
       const reason = redisAuthProblem(redis.lastError()) ?? 'not reachable'
       // Stryker disable next-line StringLiteral: log wording (the reason is the field)
       report(reason, 'rate-limit redis not reachable at start: each sidecar spends only its share of the budgets until it answers')
