@@ -20,6 +20,7 @@ import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import { createLedger, type OpenSend } from './ledger.js'
+import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
@@ -197,6 +198,19 @@ export function createFleetStore (options: FleetStoreOptions) {
     }
     if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
     return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(scope, limits, id)
+  }
+
+  /** What `alone` would still let each limit send (RateLimit fields): its share's room, none while it would refuse. */
+  function aloneBudget (scope: string, limits: readonly Limit[]): Remaining[] {
+    const now = clock.now()
+    const one = fleetFloor === 1 && size === 1
+    return ledgerBudget(ledger, scope, limits, (limit) => one ? limit.count : shareOf(limit)).map((remaining, i) => {
+      const limit = limits[i] as Limit
+      const ms = reasserting !== undefined || (!one && shareOf(limit) === 0)
+        ? timing.heartbeatMs
+        : (one ? bornAt : presenceBound) + limit.windowMs - now
+      return ms > 0 ? { left: 0, resetMs: Math.max(ms, remaining.resetMs) } : remaining
+    })
   }
 
   function admit (scope: string, limits: readonly Limit[], id = nextId()): Take {
@@ -382,6 +396,20 @@ export function createFleetStore (options: FleetStoreOptions) {
     },
     /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => shareOf(limit),
+    /**
+     * What each limit of a scope may still send now, never more than the fleet has: the fleet's
+     * tally while shared (read, nothing taken), else what this sidecar may spend alone.
+     */
+    async budget (scope: string, limits: readonly Limit[]): Promise<Remaining[]> {
+      const cooling = cooldowns.left(scope)
+      if (cooling > 0) return limits.map(() => ({ left: 0, resetMs: cooling }))
+      if (state === 'shared' && clock.now() >= graceUntil) {
+        // A failed read changes nothing here: the takes notice Redis failing.
+        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits).catch(() => undefined)
+        if (peeked !== undefined) return peeked
+      }
+      return aloneBudget(scope, limits)
+    },
     /** Connects for at most the timeout (at least 1 s); never fails. */
     async start (): Promise<void> {
       redis.onState((up, err) => {

@@ -11,6 +11,8 @@ import type { FleetStatus, FleetStore } from './fleet-store.js'
 import { retryAfterMs, retryAfterSeconds } from './retry-after.js'
 import { matchRule, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createLocalStore, UPSTREAM_SCOPE, type Cooldowns, type Store, type Take } from './store.js'
+import { createLedger } from './ledger.js'
+import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 
 export { UPSTREAM_SCOPE }
 
@@ -87,7 +89,8 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   const active = rules.length > 0 || cooldownMs > 0
   const fleet = createFleet?.((scope) => { note(scope) })
   const cooldowns: Cooldowns = fleet?.cooldowns ?? createCooldowns(clock)
-  const store: Store = fleet ?? createLocalStore(clock, cooldowns)
+  const ledger = createLedger(clock)
+  const store: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
 
   // The cool-down gauge of each scope, reset when its cool-down ends.
   const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()
@@ -249,6 +252,15 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       if (isRateLimitFault(answer.body, answer.headers['content-encoding'])) rateLimitAnswer(rule, answer.headers)
     },
     describe,
+    /**
+     * What each limit of a rule may still send now (nothing is taken): the fleet's tally while
+     * Redis answers, else this sidecar's own share; on its own, its ledger.
+     */
+    budget (rule: Rule): Remaining[] | Promise<Remaining[]> {
+      if (fleet !== undefined) return fleet.budget(rule.id, rule.limits)
+      const cooling = cooldowns.left(rule.id)
+      return cooling > 0 ? rule.limits.map(() => ({ left: 0, resetMs: cooling })) : ledgerBudget(ledger, rule.id, rule.limits, (l) => l.count)
+    },
     backend: (): 'memory' | 'redis' => fleet?.status().state === 'shared' ? 'redis' : 'memory',
     /**
      * For /readyz: not ready while the first contact with Redis settles (a brand-new or

@@ -50,7 +50,7 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   // sidecars in the same series that exp_alerts leaves out: promtool compares exactly).
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
-    'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyFleetLargerThanDeclared', 'StoreAuthProxyNoValidToken',
+    'StoreAuthProxyBudgetNearlySpent', 'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyFleetLargerThanDeclared', 'StoreAuthProxyNoValidToken',
     'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyShedding', 'StoreAuthProxyTokenEndpointFailing',
     'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])
@@ -85,4 +85,9 @@ t.test('the unit tests catch the stale-answers alert with another delay: later o
   await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=10'], 'StoreAuthProxyServingStale')
   await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=5'], 'StoreAuthProxyShedding')
   await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=15'], 'StoreAuthProxyShedding')
+})
+
+t.test('the unit tests catch a budget alert that is off: a higher share spent, a longer wait', async (t) => {
+  await caught(t, ['--set-json', 'metrics.prometheusRule.budgetSpentRatio=0.9'], 'StoreAuthProxyBudgetNearlySpent')
+  await caught(t, ['--set', 'metrics.prometheusRule.budgetSpentMinutes=10'], 'StoreAuthProxyBudgetNearlySpent')
 })
