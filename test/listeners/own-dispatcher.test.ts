@@ -47,17 +47,19 @@ t.test('NODE_USE_ENV_PROXY=1 with HTTP_PROXY set: the sidecar still goes the way
     HTTP_PROXY: recorder.url,
     HTTPS_PROXY: recorder.url
   })
-  const admin = (await running.waitFor(/"listener":"admin","msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/))[1] ?? ''
+  // A process start on two cores shared by many: the start line, not a fixed time, is awaited.
+  const startMs = 30_000
+  const admin = (await running.waitFor(/"listener":"admin","msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/, startMs))[1] ?? ''
   const proxy = (await running.waitFor(/"listener":"proxy","msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/))[1] ?? ''
-  const started = await running.waitFor(/"tokenRoute":"([^"]+)"/)
-  t.equal(started[1], 'direct (loopback)', 'the start log says direct')
+  const line = await running.waitFor(/"tokenRoute":"([^"]+)"/, startMs)
+  t.equal(line[1], 'direct (loopback)', 'the start log says direct')
   const ready = await eventually(t, 'ready: its first token', async () => {
     try {
       return (await fetch(`${admin}/readyz`)).status === 200
     } catch {
       return false
     }
-  })
+  }, startMs)
   t.ok(ready, 'ready')
   const res = await fetch(`${proxy}/v2/store/items`)
   t.equal(res.status, 200, 'a store call answered')
