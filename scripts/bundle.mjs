@@ -14,7 +14,7 @@ import { build } from 'esbuild'
 
 const OUTFILE = process.argv[2] ?? 'dist/main.bundle.js'
 
-// src/ loads a few modules lazily through `createRequire(import.meta.url)` (env-schema on
+// src/ loads a few modules lazily through `createRequire(import.meta.url)` (Ajv on
 // first use, node:http for the healthcheck), which esbuild cannot follow: a call of a local
 // `require` is not an import. This plugin drops that one declaration in src/, so the calls go
 // to esbuild's own `require`: bundled CommonJS packages are inlined and still run only when
