@@ -129,7 +129,7 @@ type ValueOf<P> =
           : never
 type Props<S> = S extends { readonly properties: infer P extends Record<string, Property> } ? P : never
 
-/** What parseEnv returns for a schema: a variable with a default is always there, one without may be missing. */
+/** What env-schema returns for a schema: a variable with a default is always there, one without may be missing. */
 export type EnvOf<S> = {
   -readonly [K in keyof Props<S> as Props<S>[K] extends { readonly default: unknown } ? K : never]: ValueOf<Props<S>[K]>
 } & {

@@ -11,8 +11,8 @@ import { problemsOf } from './problems.js'
 
 const base = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test/store', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
 
-// env-schema (which typed the environment before Ajv alone did) merged process.env under the
-// data by default, and could read a .env file from the working directory: main.ts passes process.env itself,
+// env-schema's `env: true` (its default) would merge process.env under the data, and
+// `dotenv: true` a .env file from the working directory: main.ts passes process.env itself,
 // and a test, check-config or the demo commands must see only the environment they are given.
 t.test('neither process.env nor a .env file in the working directory is read', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'parse-env-'))
