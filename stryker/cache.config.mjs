@@ -9,7 +9,9 @@ export default area('cache', {
   testFiles: [
     'test/cache/policy.test.ts',
     'test/cache/flights.test.ts',
-    'test/cache/rules.test.ts'
+    'test/cache/flight-failures.test.ts',
+    'test/cache/rules.test.ts',
+    'test/cache/http-rules.test.ts'
   ],
   breakAt: 95
 })

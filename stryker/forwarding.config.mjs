@@ -21,7 +21,7 @@ export default area('forwarding', {
     'test/faults/upstream.test.ts',
     'test/faults/upstream-protocol.test.ts',
     'test/faults/early-answer.test.ts',
-    'test/faults/upstream-queue-bound.test.ts',
+    'test/faults/queue-bound.test.ts',
     'test/faults/queue-gone.test.ts',
     // proxy.ts's paths through the quota guard, the read cache and the replay after a 401:
     // these files own them and run src/ in-process (test/helpers/build.ts).
@@ -30,6 +30,8 @@ export default area('forwarding', {
     'test/quota/refunds.test.ts',
     'test/quota/held-fault.test.ts',
     'test/cache/behaviour.test.ts',
+    'test/seams/failed-fetch-waiters.test.ts',
+    'test/seams/token-after-cache.test.ts',
     'test/faults/revocation.test.ts',
     'test/overload/sidecar.test.ts'
   ],

@@ -5,6 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { QuotaGuard, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
+import type { Failure } from './flights.js'
 import { asksForFresh, cacheKey, varyMatches, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
 
@@ -20,9 +21,16 @@ export interface CachedRequestOptions {
   callerGone: (request: FastifyRequest) => boolean
   /** The path and query as they go upstream. */
   forwardedPath: (request: FastifyRequest) => string
+  /** Whether a token is at hand now (no waiting). */
+  hasToken: () => boolean
+  /** Gets the request its token (waiting for one in flight, within TOKEN_WAIT_MS); rejects with the reason none came. */
+  needToken: (request: FastifyRequest) => Promise<void>
+  /** Answers the caller with a failed fetch's failure. */
+  fail: (request: FastifyRequest, reply: FastifyReply, failure: Failure) => void
 }
 
-export function cachedRequest ({ cache, quota, upstreamUrl, admitted, serve, callerGone, forwardedPath }: CachedRequestOptions) {
+export function cachedRequest (options: CachedRequestOptions) {
+  const { cache, quota, upstreamUrl, admitted, serve, callerGone, forwardedPath, hasToken, needToken, fail } = options
   /**
    * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
    * budget. Otherwise one request fetches for every request that asks meanwhile (they wait for
@@ -49,9 +57,15 @@ export function cachedRequest ({ cache, quota, upstreamUrl, admitted, serve, cal
       const outcome = await other
       if (outcome === 'gone' || callerGone(request)) return
       // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
-      const { entry, standsIn } = outcome
+      const { entry, standsIn, failure } = outcome
       if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
         serve(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, standsIn ? 'stale' : 'coalesced')
+        return
+      }
+      // Its failure is this request's too: all waiters are answered within one fetch's time.
+      if (failure !== undefined) {
+        cache.missed(rule.id)
+        fail(request, reply, failure)
         return
       }
     }
@@ -68,7 +82,40 @@ export function cachedRequest ({ cache, quota, upstreamUrl, admitted, serve, cal
       flight,
       decision: undefined
     }
+    if (!await tokenFor(request, reply, found)) return
     // With a stored answer to stand in, a spent budget is not waited for.
     admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
+  }
+
+  /**
+   * The token for the fetch this request leads, asked only now that the cache could not answer
+   * (issue 34, case 4): a stored answer within stale= is served at once while none is at hand;
+   * otherwise the token's failure answers everyone waiting.
+   * False when the request was answered (or its caller left) without a fetch.
+   */
+  async function tokenFor (request: FastifyRequest, reply: FastifyReply, found: Entry | undefined): Promise<boolean> {
+    const fill = request.fill
+    if (fill === null) return false
+    const standing = found === undefined ? undefined : cache.standing(found)
+    if (found !== undefined && standing?.usable === true && !hasToken()) {
+      fill.flight.settle(found, true)
+      const detail = `${standing.fresh ? 'no-refresh' : 'stale'}-token`
+      if (!callerGone(request)) serve(reply, found, request.method, { hit: true, detail }, standing.fresh ? 'hit' : 'stale')
+      return false
+    }
+    try {
+      await needToken(request)
+    } catch (err) {
+      // Nothing stored stands in (one would have been served above).
+      const failure: Failure = { error: err as Error }
+      fill.flight.fail(failure)
+      cache.missed(fill.rule.id)
+      fail(request, reply, failure)
+      return false
+    }
+    if (!callerGone(request)) return true
+    // Left while its token was awaited: nothing is sent for it; a waiter leads the next fetch.
+    fill.flight.settle(undefined)
+    return false
   }
 }

@@ -4,7 +4,7 @@
 // waiting for the fill gets its outcome through `settle`, whatever became of its own caller.
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
-import type { Flight } from './flights.js'
+import type { Failure, Flight } from './flights.js'
 import { cacheStatus, decide, withUpstream, type CacheKey, type Decision, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
 
@@ -51,11 +51,14 @@ export function fillAnswered (cache: ReadCache, fill: Fill, statusCode: number, 
   headers['cache-status'] = withUpstream(cacheStatus({ fwd: fill.fwd, fwdStatus: statusCode, ...(detail === undefined ? {} : { detail }) }), headers['cache-status'])
 }
 
-/** How much of TI's answer to hold back whole: all of a storable one, or a failure a stored answer may replace. */
+/**
+ * How much of TI's answer to hold back whole: all of a storable one, or a failure (a stored
+ * answer may replace it, and everyone waiting for this fetch gets it: a 401 is the replay's).
+ */
 export function fillHolds (cache: ReadCache, fill: Fill, statusCode: number): number | boolean {
   if (fill.decision?.store === true) return cache.entryMaxBytes
   // forward.ts's own limit for a held-back answer (HOLD_BACK_MAX_BYTES).
-  return standsIn(cache, fill) && (statusCode >= 500 || statusCode === 429)
+  return statusCode >= 400 && statusCode !== 401
 }
 
 /**
@@ -79,14 +82,19 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
-  fill.flight.settle(undefined)
+  // TI's failure is every waiter's answer; a success not stored lets them fetch again.
+  if (answer.statusCode >= 400) fill.flight.fail({ answer })
+  else fill.flight.settle(undefined)
   return false
 }
 
-/** TI could not be reached, or failed before its status line: the stored answer stands in if it may. */
-export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefined): boolean {
+/**
+ * TI could not be reached, or failed before its status line (or the fetch could not be sent):
+ * the stored answer stands in if it may, else `failure` answers every waiter.
+ */
+export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefined, failure: Failure): boolean {
   if (fill.found === undefined || !standsIn(cache, fill)) {
-    fill.flight.settle(undefined)
+    fill.flight.fail(failure)
     return false
   }
   fill.flight.settle(fill.found, true)

@@ -5,11 +5,22 @@
 // take more than the cache itself may.
 import type { Entry } from './entries.js'
 
+/**
+ * How a fetch failed, for everyone who waited for it (issue 34, case 5): TI's own answer, held
+ * whole, or the sidecar's error (a timeout, a cut, a refused budget or token), so a failed fetch
+ * answers all its waiters at once instead of one fetch each.
+ */
+export type Failure =
+  | { readonly answer: { readonly statusCode: number, readonly headers: Record<string, string | string[] | undefined>, readonly body: Buffer } }
+  | { readonly error: Error, readonly retryAfterSeconds?: number }
+
 /** What a flight ended with: the stored answer, or one standing in for TI's failure, or none. */
 export interface FlightResult {
   readonly entry: Entry | undefined
   /** The entry is a stale one standing in for TI's failure, not a new answer. */
   readonly standsIn: boolean
+  /** With no entry: the fetch failed, and this is what its waiters are answered (none: they try again). */
+  readonly failure?: Failure
 }
 
 /** What a waiter gets: the flight's result, or that its caller left. */
@@ -18,6 +29,8 @@ export type FlightOutcome = FlightResult | 'gone'
 export interface Flight {
   /** Ends the flight (once; later calls do nothing) and releases what it held. */
   settle: (entry: Entry | undefined, standsIn?: boolean) => void
+  /** Ends the flight with its failure: every waiter is answered with it (once, like settle). */
+  fail: (failure: Failure) => void
   /** Reserves `bytes` to hold TI's answer while it arrives; false when the flights' budget is spent. */
   reserve: (bytes: number) => boolean
   /** How many requests wait for it now. */
@@ -62,17 +75,18 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
       flights.set(id, waiting)
       let reserved = 0
       let ended = false
+      const end = (result: FlightResult): void => {
+        if (ended) return
+        ended = true
+        held -= reserved
+        reserved = 0
+        flights.delete(id)
+        onEnd(id)
+        for (const done of waiting) done(result)
+      }
       return {
-        settle (entry, standsIn = false) {
-          if (ended) return
-          ended = true
-          held -= reserved
-          reserved = 0
-          flights.delete(id)
-          onEnd(id)
-          const result = entry === undefined ? NOTHING : { entry, standsIn }
-          for (const done of waiting) done(result)
-        },
+        settle (entry, standsIn = false) { end(entry === undefined ? NOTHING : { entry, standsIn }) },
+        fail (failure) { end({ entry: undefined, standsIn: false, failure }) },
         reserve (bytes) {
           if (ended || held + bytes > holdBudgetBytes) return false
           held += bytes

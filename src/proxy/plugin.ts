@@ -15,10 +15,13 @@ import type { QuotaGuard, Ticket, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from '../cache/entries.js'
 import { fillAnswered, fillFailed, fillHeld, fillHolds, type Fill, type Serve } from '../cache/fill.js'
+import type { Failure } from '../cache/flights.js'
 import { cachedRequest } from '../cache/cached-request.js'
 import { requestCacheable, type StatusParams } from '../cache/policy.js'
 import type { CacheResult, ReadCache } from '../cache/read-cache.js'
 import type { Token, TokenManager } from '../token/token-manager.js'
+import type { IdempotencyStage } from '../idempotency/stage.js'
+import { createRateLimitFields } from '../quota/rate-limit-fields.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
 export interface Exchange {
@@ -79,6 +82,10 @@ export interface ProxyOptions {
   quota: QuotaGuard
   /** Reuses TI's answers to GETs of rules with cache= (src/cache/); absent when no rule has it. */
   cache?: ReadCache
+  /** One send per key on rules with idempotency= (src/idempotency/); absent when no rule has it. */
+  idempotency?: IdempotencyStage
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on every answer of a budgeted rule (src/quota/rate-limit-fields.ts). */
+  rateLimitHeaders?: boolean
 }
 
 /**
@@ -115,7 +122,9 @@ export function observeExchange (
 }
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache } = options
+  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache, idempotency } = options
+  // RateLimit fields: on admission, a stored answer and a local refusal (src/quota/rate-limit-fields.ts).
+  const fields = options.rateLimitHeaders === true ? createRateLimitFields((rule) => quota.budget(rule)) : undefined
   let replayBytes = 0
   const release = (exchange: Exchange): void => {
     replayBytes -= exchange.reservedBytes
@@ -132,6 +141,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   // Stryker disable next-line StringLiteral: equivalent: undefined reads as false, like the default
   app.decorateRequest('replayed', false)
   app.decorateRequest('fill', null)
+  app.decorateRequest('claim', null)
   app.setErrorHandler(errorHandler)
   app.setNotFoundHandler((request, reply) => {
     sendError(reply, new MethodNotAllowedError(request.method), metrics)
@@ -190,6 +200,11 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function acquireToken (request: FastifyRequest, done: HookHandlerDoneFunction): void {
+    // The cache is asked first: a stored answer needs no token (cached-request.ts gets one for a fetch).
+    if (cacheRule(request) !== undefined) {
+      done()
+      return
+    }
     const token = tokens.current()
     if (token !== undefined) {
       request.token = token
@@ -200,6 +215,13 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       request.token = fresh
       done()
     }, done)
+  }
+
+  /** The rule with cache= whose stored answers may serve this GET or HEAD (none: it is sent as any request). */
+  function cacheRule (request: FastifyRequest): (Rule & { cache: CacheOption }) | undefined {
+    if (cache === undefined || request.fill !== null || !requestCacheable(request.method, request.headers)) return undefined
+    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+    return rule?.cache === undefined ? undefined : rule as Rule & { cache: CacheOption }
   }
 
   const upstreamHost = new URL(upstreamUrl).host
@@ -215,19 +237,26 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       request.fill?.flight.settle(undefined)
       return
     }
+    // idempotency: an idempotent route's key is taken before anything is spent, or the request answered here.
+    const keyed = request.claim === null ? idempotency?.ruleFor(request.method, request.raw.url ?? '/') : undefined
+    if (keyed !== undefined) {
+      void idempotency?.decide(request, reply, keyed).then((go) => { if (go) send(request, reply) })
+      return
+    }
     if (!quota.active) {
       forward(request, reply, undefined, undefined)
       return
     }
-    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
-    if (cache !== undefined && rule?.cache !== undefined && request.fill === null && requestCacheable(request.method, request.headers)) {
-      cached(request, reply, rule as Rule & { cache: CacheOption }).catch((err: unknown) => {
+    const cacheable = cacheRule(request)
+    if (cacheable !== undefined) {
+      cached(request, reply, cacheable).catch((err: unknown) => {
         request.fill?.flight.settle(undefined)
         request.log.error({ err }, 'read cache failed')
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
       })
       return
     }
+    const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
     const verdict = quota.admit(rule, reply.raw)
     if (!(verdict instanceof Promise)) {
       admitted(request, reply, rule, verdict)
@@ -241,7 +270,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
     reply.hijack()
-    cache?.serve(reply.raw, entry, method, params, result)
+    if (fields === undefined) {
+      cache?.serve(reply.raw, entry, method, params, result)
+      return
+    }
+    const rule = quota.ruleFor(reply.request.method, reply.request.raw.url ?? '/')
+    fields.withFields(rule, reply.raw, () => { cache?.serve(reply.raw, entry, method, params, result) })
   }
 
   /** Serves stored answers to this request's caller, while it is there. */
@@ -249,15 +283,39 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
   }
 
+  /** Answers a caller that waited for a fetch that failed with that fetch's failure. */
+  function answerFailure (request: FastifyRequest, reply: FastifyReply, failure: Failure): void {
+    if (callerGone(request)) return
+    if ('answer' in failure) {
+      reply.hijack()
+      sendHeld(reply.raw, failure.answer)
+      return
+    }
+    const error = isOwnError(failure.error) ? failure.error as FastifyError : new InternalError()
+    sendError(reply, error, metrics, failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds })
+  }
+
   const cached = cache === undefined
     ? async () => {}
-    : cachedRequest({ cache, quota, upstreamUrl, admitted, serve: serveCached, callerGone, forwardedPath })
+    : cachedRequest({
+      cache,
+      quota,
+      upstreamUrl,
+      admitted,
+      serve: serveCached,
+      callerGone,
+      forwardedPath,
+      hasToken: () => tokens.current() !== undefined,
+      needToken: async (request) => { request.token = tokens.current() ?? await tokens.get() },
+      fail: answerFailure
+    })
 
   function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
     if (verdict.ok) {
       if (!callerGone(request) || (fill !== null && request.replayed)) {
-        forward(request, reply, rule, verdict.ticket)
+        if (fields === undefined) forward(request, reply, rule, verdict.ticket)
+        else fields.withFields(rule, reply.raw, () => { forward(request, reply, rule, verdict.ticket) })
         return
       }
       // Gone after its point was taken and before anything was written: the point goes back
@@ -266,12 +324,15 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       fill?.flight.settle(undefined)
       return
     }
-    fill?.flight.settle(undefined)
-    // Left while waiting for its budget: never sent, nothing spent.
-    if (verdict.reason === 'gone' || callerGone(request)) return
+    // Left while waiting for its budget: never sent, nothing spent (a waiter leads the next fetch).
+    if (verdict.reason === 'gone' || callerGone(request)) {
+      fill?.flight.settle(undefined)
+      return
+    }
     // A stored answer stands in for the refusal while it is within stale=.
     const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
     if (fill?.found !== undefined && standing?.usable === true) {
+      fill.flight.settle(fill.found, true)
       // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
       const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
       serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
@@ -279,8 +340,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     if (fill !== null) cache?.missed(fill.rule.id)
     const { message, retryAfterSeconds } = quota.describe(verdict)
+    fields?.refused(rule, reply.raw, verdict.retryAfterMs)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
-    sendError(reply, new UpstreamRateLimitedError(message), metrics, { retryAfterSeconds })
+    const error = new UpstreamRateLimitedError(message)
+    // Those waiting for this fetch are refused with it, at once, not one budget wait each.
+    fill?.flight.fail({ error, retryAfterSeconds })
+    sendError(reply, error, metrics, { retryAfterSeconds })
   }
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
@@ -291,6 +356,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     const newest = tokens.current()
     if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
+    idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
       request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
@@ -303,17 +369,25 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, reply.raw, {
       answer: (statusCode, answerHeaders) => {
         quota.answered(rule, { statusCode, headers: answerHeaders })
+        cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
-        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)),
-      outlivesCaller: fill !== null,
+        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)) || (idempotency?.holds(request.claim) ?? false),
+      outlivesCaller: fill !== null || idempotency?.keyed(request.claim) === true,
       heldBack: (answer) => {
-        if (answer.statusCode === 401) {
+        // idempotency: a keyed request's second 401 is its answer (the replay is the one resend).
+        if (answer.statusCode === 401 && !(request.replayed && request.claim !== null)) {
+          idempotency?.rejected(request.claim)
           replay(request, reply, answer)
           return
         }
         quota.heldBack(rule, answer)
+        // idempotency: TI's answer is kept for the key's retries before the caller gets it.
+        if (idempotency?.keyed(request.claim) === true) {
+          void idempotency?.answered(request.claim, answer).then(() => { if (!callerGone(request)) { reply.hijack(); sendHeld(reply.raw, answer) } })
+          return
+        }
         if (fill !== null && cache !== undefined && fillHeld(cache, fill, answer, serverFor(request, reply))) return
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
@@ -321,9 +395,10 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         sendHeld(reply.raw, answer)
       },
       // Nothing of the request reached the upstream: its budget point goes back.
-      unsent: () => { quota.refund(ticket) },
+      unsent: () => { quota.refund(ticket); idempotency?.unsent(request.claim) },
       failed: (err) => {
-        if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply))) return
+        idempotency?.failed(request.claim)
+        if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply), { error: upstreamError(err) })) return
         if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
@@ -339,7 +414,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         fill.flight.settle(undefined)
         cache?.missed(fill.rule.id)
       },
-      truncated: () => { request.exchange.truncated = true }
+      truncated: () => { request.exchange.truncated = true; idempotency?.failed(request.claim) }
     })
   }
 
@@ -374,7 +449,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         return
       }
       if (fresh === undefined) {
-        request.fill?.flight.settle(undefined)
+        request.fill?.flight.fail({ answer })
         if (callerGone(request)) return
         // No newer token came: the caller gets the upstream's own answer.
         reply.hijack()
