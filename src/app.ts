@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
@@ -18,6 +18,10 @@ import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type O
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import { exportBudgets } from './quota/rate-limit-fields.js'
+import type { TracingConfig } from './config/tracing.js'
+import type { Tracing } from './tracing/index.js'
+import type { RequestTracing } from './tracing/request.js'
+import { logTraceFields } from './logger.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import type { ReadCache } from './cache/read-cache.js'
 import type { SharedCache } from './cache/redis-cache.js'
@@ -98,7 +102,10 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 
   const { quota, cache } = await createQuota(config, deps, metrics)
   const overload = createOverload(config, deps, metrics)
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }) })
+  const tracing = config.tracing === undefined ? undefined : await startTracingFor(config, config.tracing, metrics, version)
+  const proxyServer = await createProxyServer(config, log, {
+    tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }), ...(tracing === undefined ? {} : { tracing: tracing.requests })
+  })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -147,6 +154,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
+    await tracing?.shutdown()
   }
 }
 
@@ -261,10 +269,10 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   return { quota, cache }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, tracing?: RequestTracing }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, tracing }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -336,17 +344,20 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
   answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
-  shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
+  // Tracing (src/tracing/): a server span from the request's first hook; the proxy's parts wrapped.
+  if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
+  shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog, tracing?.overload)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream,
+    upstream: tracing?.wrapUpstream(upstream) ?? upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
-    quota,
+    quota: tracing?.wrapQuota(quota) ?? quota,
     rateLimitHeaders: config.rateLimitHeaders,
-    ...(cache === undefined ? {} : { cache })
+    ...(cache === undefined ? {} : { cache: tracing?.wrapCache(cache) ?? cache }),
+    ...(tracing === undefined ? {} : { tracing })
   })
   return proxyServer
 }
@@ -360,11 +371,14 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
  * are garbage that only a collection frees, and a burst of long bodies shed at once is read at
  * the callers' full speed.
  */
-function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean): void {
+function shedWhenOverloaded (
+  server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean, traced?: (res: ServerResponse, reason: string | undefined) => void
+): void {
   server.addHook('onRequest', function shed (request, reply, done) {
     // Node's parser has checked the header: digits only, one value.
     const bodyBytes = Number(request.headers['content-length'] ?? 0)
     const reason = overload.admit(bodyBytes)
+    traced?.(reply.raw, reason)
     if (reason === undefined) {
       reply.raw.once('close', () => { overload.leave(bodyBytes) })
       done()
@@ -408,4 +422,18 @@ function answerExcessConnections (server: FastifyInstance, maxConnections: numbe
     // Read and dropped like a shed request's body, the reads paced by young collections.
     socket.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
   })
+}
+
+/**
+ * OpenTelemetry, loaded with a dynamic import() only when an OTLP endpoint is set: with tracing
+ * off the sidecar loads none of it (test/tracing/loaded-modules.test.ts).
+ */
+async function startTracingFor (config: Config, tracingConfig: TracingConfig, metrics: Metrics, version: string): Promise<Tracing> {
+  const { startTracing } = await import('./tracing/index.js')
+  const route = routeFor(config.upstreamUrl, config.egressProxy)
+  const tracing = startTracing(tracingConfig, {
+    metrics, version, upstreamUrl: config.upstreamUrl, egressRoute: route.via === 'direct' ? `direct (${route.why})` : `proxy ${route.proxy.display}`
+  })
+  logTraceFields(tracing.requests.logFields)
+  return tracing
 }

@@ -5,6 +5,7 @@ import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
+import { loadTracing, type TracingConfig } from './tracing.js'
 
 export interface Config {
   readonly authUrl: string
@@ -54,6 +55,8 @@ export interface Config {
   readonly rateLimits: RateLimitConfig
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly rateLimitHeaders: boolean
+  /** OpenTelemetry tracing (OTEL_*, src/config/tracing.ts); undefined: off. */
+  readonly tracing: TracingConfig | undefined
 }
 
 /**
@@ -79,6 +82,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
   const egressProxy = loadEgressProxy(env, problems)
+  const tracing = loadTracing(env, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -117,7 +121,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logFormat: raw.LOG_FORMAT,
     rateLimits,
     egressProxy,
-    rateLimitHeaders: raw.RATE_LIMIT_HEADERS
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
+    tracing
   })
 }
 

@@ -21,6 +21,7 @@ import { requestCacheable, type StatusParams } from '../cache/policy.js'
 import type { CacheResult, ReadCache } from '../cache/read-cache.js'
 import type { Token, TokenManager } from '../token/token-manager.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
+import type { RequestTracing } from '../tracing/request.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
 export interface Exchange {
@@ -83,6 +84,8 @@ export interface ProxyOptions {
   cache?: ReadCache
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on every answer of a budgeted rule (src/quota/rate-limit-fields.ts). */
   rateLimitHeaders?: boolean
+  /** With tracing on: the token waits as spans (src/tracing/request.ts; the rest is wrapped in app.ts). */
+  tracing?: Pick<RequestTracing, 'tokenWait'>
 }
 
 /**
@@ -207,7 +210,9 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       done()
       return
     }
-    tokens.get().then((fresh) => {
+    const waiting = tokens.get()
+    options.tracing?.tokenWait(request, waiting)
+    waiting.then((fresh) => {
       request.token = fresh
       done()
     }, done)
