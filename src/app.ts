@@ -5,6 +5,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin/routes.js'
+import { idempotencyReleaseRoute } from './admin/idempotency-release.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
@@ -32,6 +33,10 @@ import { createCredentialReader, credentialOrigin, type ReadFile } from './token
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 import { pendingResponse } from './upstream/socket-internals.js'
+import { createIdempotency, type IdempotencyTiming } from './idempotency/create.js'
+import { enforcePolicy } from './policy/policy.js'
+import { testOrderUpstream } from './policy/test-orders.js'
+import type { IdempotencyStage } from './idempotency/stage.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
@@ -54,6 +59,8 @@ export interface AppDependencies {
   version?: string
   /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
   quotaTiming?: Partial<FleetTiming>
+  /** The idempotency keys' epoch check, recovery window and pending margin (src/idempotency/create.ts); tests shorten them. */
+  idempotencyTiming?: IdempotencyTiming
   /** Where the cgroup's memory limit is read from (memory-limit.ts); tests give fixture files. */
   readSystemFile?: ReadSystemFile
   /** Live memory for the overload manager (overload.ts liveBytes by default). */
@@ -102,9 +109,19 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 
   const { quota, cache } = await createQuota(config, deps, metrics)
   const overload = createOverload(config, deps, metrics)
+  const idempotency = await createIdempotency(config, {
+    log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
+  })
   const tracing = config.tracing === undefined ? undefined : await startTracingFor(config, config.tracing, metrics, version)
   const proxyServer = await createProxyServer(config, log, {
-    tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }), ...(tracing === undefined ? {} : { tracing: tracing.requests })
+    tokens,
+    metrics,
+    upstream,
+    quota,
+    overload,
+    ...(cache === undefined ? {} : { cache }),
+    ...(idempotency === undefined ? {} : { idempotency }),
+    ...(tracing === undefined ? {} : { tracing: tracing.requests })
   })
 
   let draining = false
@@ -117,6 +134,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   await admin.register(adminRoutes, {
     tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
+  if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })
 
   return {
     proxy: proxyServer,
@@ -127,7 +145,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     overload,
     start: async () => {
       overload.start()
-      await Promise.all([tokens.start(), quota.start(), cache?.start()])
+      await Promise.all([tokens.start(), quota.start(), cache?.start(), idempotency?.start()])
     },
     drain: () => { draining = true },
     close () {
@@ -150,7 +168,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
     overload.stop()
-    await Promise.all([quota.close(), cache?.close()])
+    await Promise.all([quota.close(), cache?.close(), idempotency?.close()])
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
@@ -233,7 +251,9 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     }
     const redis = createRedisStore({ ...connection, clock })
     // The read cache's connection only when a rule has cache=.
-    if (caching) shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now() })
+    if (caching && config.cacheRedisMaxBytes > 0) {
+      shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
+    }
     fleet = (onCooldown) => createFleetStore({
       redis,
       clock,
@@ -269,10 +289,10 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   return { quota, cache }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, tracing?: RequestTracing }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage, tracing?: RequestTracing }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, tracing }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency, tracing }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -347,16 +367,19 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   // Tracing (src/tracing/): a server span from the request's first hook; the proxy's parts wrapped.
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
   shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog, tracing?.overload)
+  enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream: tracing?.wrapUpstream(upstream) ?? upstream,
+    // Traced closest to the pool: a client span per send that reaches it.
+    upstream: config.policy.testOrders ? testOrderUpstream(tracing?.wrapUpstream(upstream) ?? upstream, config.upstreamUrl) : (tracing?.wrapUpstream(upstream) ?? upstream),
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota: tracing?.wrapQuota(quota) ?? quota,
     rateLimitHeaders: config.rateLimitHeaders,
     ...(cache === undefined ? {} : { cache: tracing?.wrapCache(cache) ?? cache }),
+    ...(idempotency === undefined ? {} : { idempotency }),
     ...(tracing === undefined ? {} : { tracing })
   })
   return proxyServer

@@ -75,7 +75,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...cacheMetrics(registry),
     ...overloadMetrics(registry),
     ...budgetMetrics(registry),
-    ...traceMetrics(registry)
+    ...traceMetrics(registry),
+    ...orderMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
   return metrics
@@ -250,7 +251,7 @@ function buildInfoMetric (registry: Registry, buildInfo: BuildInfo): void {
 
 export type Metrics = ReturnType<typeof createMetrics>
 
-/** The read cache (src/cache/): answers by how they were served, stores, evictions, bytes held. */
+/** The read cache (src/cache/): answers by how they were served, stores, evictions, bytes held, here and in Redis. */
 function cacheMetrics (registry: Registry) {
   const counter = (name: string, help: string, labelNames: string[]) => new Counter({ name: `${METRIC_PREFIX}${name}`, help, labelNames, registers: [registry] })
   let held = (): number => 0
@@ -262,6 +263,17 @@ function cacheMetrics (registry: Registry) {
     cacheNotStored: counter('cache_not_stored_total', 'Answers of TI to cached rules that were not stored, by reason (status, no-store, private, too-large, ...).', ['rule', 'reason']),
     cacheEvictions: counter('cache_evictions_total', 'Stored answers evicted to keep the cache within CACHE_MAX_BYTES.', ['rule']),
     cacheRedisErrors: counter('cache_redis_errors_total', 'Read-cache lookups or stores in Redis that failed (the sidecar used its own copies).', []),
+    cacheRedisMalformed: counter('cache_redis_malformed_total',
+      'Values in Redis under a read-cache key that were not a complete entry of this version (another version\'s, or damaged): each was a miss.', []),
+    cacheRedisEvictedBytes: counter('cache_redis_evicted_bytes_total',
+      'Bytes of the fleet\'s stored answers the read cache evicted from Redis to stay within CACHE_REDIS_MAX_BYTES (the cache\'s own entries only).', []),
+    cacheRedisBytes: new Gauge({
+      name: `${METRIC_PREFIX}cache_redis_bytes`,
+      help: 'Bytes of the fleet\'s stored answers in Redis (at most CACHE_REDIS_MAX_BYTES), as this sidecar\'s last store or invalidation found them.',
+      registers: [registry]
+    }),
+    cacheInvalidations: counter('cache_invalidations_total',
+      'Stored answers dropped because a PUT, POST, DELETE or other unsafe request to their URI succeeded (RFC 9111 §4.4), by where they were: this sidecar\'s memory, or Redis.', ['where']),
     cacheBytes: new Gauge({
       name: `${METRIC_PREFIX}cache_bytes`,
       help: 'Bytes of stored answers this sidecar holds in memory (at most CACHE_MAX_BYTES).',
@@ -313,6 +325,44 @@ function overloadMetrics (registry: Registry) {
     measureLiveMemory (fn: () => number): void { live = fn },
     /** Where memory_private_bytes is read from. */
     measurePrivateMemory (fn: () => number | undefined): void { privateMemory = fn }
+  }
+}
+
+/** Idempotent routes (src/idempotency/) and the route policy (src/policy/). */
+function orderMetrics (registry: Registry) {
+  let heldUnknown = (): number => 0
+  return {
+    idempotencyRequests: new Counter({
+      name: `${METRIC_PREFIX}idempotency_requests_total`,
+      help: 'Requests of rules with idempotency=, by rule and result: sent (the key taken), replayed (TI\'s stored answer), in_flight (409), unknown (409 ORDER_OUTCOME_UNKNOWN), mismatch (422), missing or invalid (400), unavailable (503).',
+      labelNames: ['rule', 'result'] as const,
+      registers: [registry]
+    }),
+    idempotencyOutcomesUnknown: new Counter({
+      name: `${METRIC_PREFIX}idempotency_outcomes_unknown_total`,
+      help: 'Keyed requests written to TI that got no complete answer (timeout, cut, shutdown): their keys are held as unknown and never sent again.',
+      labelNames: ['rule'] as const,
+      registers: [registry]
+    }),
+    idempotencyKeysUnknown: new Gauge({
+      name: `${METRIC_PREFIX}idempotency_keys_unknown`,
+      help: 'Keys held as outcome unknown that this sidecar knows of (its own, and its state directory\'s), until they expire or an operator releases them.',
+      registers: [registry],
+      collect () { this.set(heldUnknown()) }
+    }),
+    idempotencyReleases: new Counter({
+      name: `${METRIC_PREFIX}idempotency_releases_total`,
+      help: 'Keys an operator released through the admin route POST /idempotency/release.',
+      registers: [registry]
+    }),
+    policyRefused: new Counter({
+      name: `${METRIC_PREFIX}policy_refused_total`,
+      help: 'Requests refused 403 ROUTE_NOT_ALLOWED by the route policy (ALLOWED_ROUTES), by method.',
+      labelNames: ['method'] as const,
+      registers: [registry]
+    }),
+    /** Where idempotency_keys_unknown is read from. */
+    measureUnknownKeys (fn: () => number): void { heldUnknown = fn }
   }
 }
 

@@ -10,7 +10,8 @@ export default area('cache', {
     'test/cache/policy.test.ts',
     'test/cache/flights.test.ts',
     'test/cache/flight-failures.test.ts',
-    'test/cache/rules.test.ts'
+    'test/cache/rules.test.ts',
+    'test/cache/http-rules.test.ts'
   ],
   breakAt: 95
 })

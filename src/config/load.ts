@@ -5,6 +5,7 @@ import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
+import { checkOrders, type RoutePolicy } from './orders.js'
 import { loadTracing, type TracingConfig } from './tracing.js'
 
 export interface Config {
@@ -53,8 +54,14 @@ export interface Config {
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
+  /** CACHE_REDIS_MAX_BYTES: the read cache's copies in the fleet's Redis, at most; 0: none kept there. */
+  readonly cacheRedisMaxBytes: number
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly rateLimitHeaders: boolean
+  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/); undefined: none. */
+  readonly stateDir: string | undefined
+  /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
+  readonly policy: RoutePolicy
   /** OpenTelemetry tracing (OTEL_*, src/config/tracing.ts); undefined: off. */
   readonly tracing: TracingConfig | undefined
 }
@@ -82,6 +89,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
   const egressProxy = loadEgressProxy(env, problems)
+  const orders = checkOrders(raw, problems)
   const tracing = loadTracing(env, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
@@ -120,8 +128,11 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,
+    cacheRedisMaxBytes: raw.CACHE_REDIS_MAX_BYTES,
     egressProxy,
     rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
+    stateDir: orders.stateDir,
+    policy: orders.policy,
     tracing
   })
 }

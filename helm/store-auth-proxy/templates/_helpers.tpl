@@ -497,6 +497,10 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 - name: CACHE_ENTRY_MAX_BYTES
   value: {{ .Values.rateLimits.cache.entryMaxBytes | int64 | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cache.redisMaxBytes) }}
+- name: CACHE_REDIS_MAX_BYTES
+  value: {{ .Values.rateLimits.cache.redisMaxBytes | int64 | quote }}
+{{- end }}
 {{- end }}
 
 {{/*
