@@ -45,7 +45,7 @@ interface Caller {
 
 const NOTHING: FlightResult = Object.freeze({ entry: undefined, standsIn: false })
 
-export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: number, onEnd: (id: string) => void }) {
+export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: number, onEnd: (id: string, result: FlightResult) => void }) {
   const flights = new Map<string, Set<(result: FlightResult) => void>>()
   let held = 0
 
@@ -81,7 +81,7 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
         held -= reserved
         reserved = 0
         flights.delete(id)
-        onEnd(id)
+        onEnd(id, result)
         for (const done of waiting) done(result)
       }
       return {

@@ -4,6 +4,7 @@
 // optimisation, and a sidecar that cannot read Redis goes to its own copies and the budget.
 import { openRedis, type RedisConnectionOptions } from '../redis/connection.js'
 import { decodeEntry, encodeEntry, lifetimeMs, type Entry } from './entries.js'
+import { createFleetClaims } from './fleet-fetch.js'
 
 export interface SharedCacheOptions extends RedisConnectionOptions {
   /** The credential's key prefix (redisKeyPrefix): entries are shared only by sidecars on one credential. */
@@ -54,11 +55,8 @@ export function createSharedCache ({ prefix, now, ...options }: SharedCacheOptio
       const entry = value == null || !(Number(left) > 0) ? undefined : decodeEntry(value as Buffer, Number(left), now())
       return entry === undefined ? { filling } : { entry, filling }
     },
-    /** Tells the fleet this sidecar fetches `id` for at most `ms` (or, with 1, that it is done). */
-    async filling (id: string, ms: number): Promise<void> {
-      ready()
-      await client.set(fillKey(id), '1', 'PX', Math.max(1, Math.round(ms)))
-    },
+    /** The fleet's one fetch per key (src/cache/fleet-fetch.ts): its claims share this connection. */
+    claims: createFleetClaims({ client, entryKey: key, claimKey: fillKey, ready }),
     /** Stores `entry` for the fleet, for its whole life (fresh and stale). */
     async set (id: string, entry: Entry): Promise<void> {
       ready()
