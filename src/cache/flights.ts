@@ -19,7 +19,10 @@ export interface FlightResult {
   readonly entry: Entry | undefined
   /** The entry is a stale one standing in for TI's failure, not a new answer. */
   readonly standsIn: boolean
-  /** With no entry: the fetch failed, and this is what its waiters are answered (none: they try again). */
+  /**
+   * The fetch failed: with no entry, what its waiters are answered (none: they try again); with
+   * one standing in, what the fleet's waiters without a copy of their own are answered.
+   */
   readonly failure?: Failure
 }
 
@@ -28,7 +31,7 @@ export type FlightOutcome = FlightResult | 'gone'
 
 export interface Flight {
   /** Ends the flight (once; later calls do nothing) and releases what it held. */
-  settle: (entry: Entry | undefined, standsIn?: boolean) => void
+  settle: (entry: Entry | undefined, standsIn?: boolean, failure?: Failure) => void
   /** Ends the flight with its failure: every waiter is answered with it (once, like settle). */
   fail: (failure: Failure) => void
   /** Reserves `bytes` to hold TI's answer while it arrives; false when the flights' budget is spent. */
@@ -85,7 +88,9 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
         for (const done of waiting) done(result)
       }
       return {
-        settle (entry, standsIn = false) { end(entry === undefined ? NOTHING : { entry, standsIn }) },
+        settle (entry, standsIn = false, failure) {
+          end(entry === undefined ? NOTHING : failure === undefined ? { entry, standsIn } : { entry, standsIn, failure })
+        },
         fail (failure) { end({ entry: undefined, standsIn: false, failure }) },
         reserve (bytes) {
           if (ended || held + bytes > holdBudgetBytes) return false
