@@ -310,18 +310,17 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     // A stored answer stands in for the refusal while it is within stale=.
     const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
-    const { message, retryAfterSeconds } = quota.describe(verdict)
-    const error = new UpstreamRateLimitedError(message)
     if (fill?.found !== undefined && standing?.usable === true) {
-      // The refusal is the fleet's waiters' too (those with no copy of their own).
-      fill.flight.settle(fill.found, true, { error, retryAfterSeconds })
+      fill.flight.settle(fill.found, true)
       // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
       const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
       serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
       return
     }
     if (fill !== null) cache?.missed(fill.rule.id)
+    const { message, retryAfterSeconds } = quota.describe(verdict)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
+    const error = new UpstreamRateLimitedError(message)
     // Those waiting for this fetch are refused with it, at once, not one budget wait each.
     fill?.flight.fail({ error, retryAfterSeconds })
     sendError(reply, error, metrics, { retryAfterSeconds })
