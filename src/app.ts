@@ -17,6 +17,7 @@ import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics
 import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload/manager.js'
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
+import { exportBudgets } from './quota/rate-limit-fields.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import type { ReadCache } from './cache/read-cache.js'
 import type { SharedCache } from './cache/redis-cache.js'
@@ -224,7 +225,9 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     }
     const redis = createRedisStore({ ...connection, clock })
     // The read cache's connection only when a rule has cache=.
-    if (caching) shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now() })
+    if (caching && config.cacheRedisMaxBytes > 0) {
+      shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
+    }
     fleet = (onCooldown) => createFleetStore({
       redis,
       clock,
@@ -244,6 +247,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     metrics,
     ...(fleet === undefined ? {} : { fleet })
   })
+  exportBudgets(metrics, rateLimits.rules, (rule) => quota.budget(rule))
   if (!caching) return { quota }
   // lru-cache is loaded only when a rule has cache=.
   const { createReadCache } = await import('./cache/read-cache.js')
@@ -343,6 +347,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,
+    rateLimitHeaders: config.rateLimitHeaders,
     ...(cache === undefined ? {} : { cache })
   })
   return proxyServer

@@ -73,7 +73,8 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...exchangeMetrics(registry),
     ...rateLimitMetrics(registry, rateLimitRedis),
     ...cacheMetrics(registry),
-    ...overloadMetrics(registry)
+    ...overloadMetrics(registry),
+    ...budgetMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
   return metrics
@@ -210,6 +211,8 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
   const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
     'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more; 0: unknown.')
   const rateLimitFleetPresent = fleetGauge('rate_limit_fleet_present', 'Sidecars on this credential present in Redis at the last contact.')
+  const rateLimitFleetDeclared = fleetGauge('rate_limit_fleet_declared',
+    'RATE_LIMIT_FLEET_SIZE (0: unset); fewer than rate_limit_fleet_present breaks the guarantee while cut off from Redis.')
   const rateLimitRedisDataLost = rateLimitRedis
     ? new Counter({
       name: `${METRIC_PREFIX}rate_limit_redis_data_lost_total`,
@@ -228,6 +231,7 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
     rateLimitDegraded,
     rateLimitFleetSize,
     rateLimitFleetPresent,
+    rateLimitFleetDeclared,
     rateLimitRedisDataLost
   }
 }
@@ -245,7 +249,7 @@ function buildInfoMetric (registry: Registry, buildInfo: BuildInfo): void {
 
 export type Metrics = ReturnType<typeof createMetrics>
 
-/** The read cache (src/cache/): answers by how they were served, stores, evictions, bytes held. */
+/** The read cache (src/cache/): answers by how they were served, stores, evictions, bytes held, here and in Redis. */
 function cacheMetrics (registry: Registry) {
   const counter = (name: string, help: string, labelNames: string[]) => new Counter({ name: `${METRIC_PREFIX}${name}`, help, labelNames, registers: [registry] })
   let held = (): number => 0
@@ -257,6 +261,17 @@ function cacheMetrics (registry: Registry) {
     cacheNotStored: counter('cache_not_stored_total', 'Answers of TI to cached rules that were not stored, by reason (status, no-store, private, too-large, ...).', ['rule', 'reason']),
     cacheEvictions: counter('cache_evictions_total', 'Stored answers evicted to keep the cache within CACHE_MAX_BYTES.', ['rule']),
     cacheRedisErrors: counter('cache_redis_errors_total', 'Read-cache lookups or stores in Redis that failed (the sidecar used its own copies).', []),
+    cacheRedisMalformed: counter('cache_redis_malformed_total',
+      'Values in Redis under a read-cache key that were not a complete entry of this version (another version\'s, or damaged): each was a miss.', []),
+    cacheRedisEvictedBytes: counter('cache_redis_evicted_bytes_total',
+      'Bytes of the fleet\'s stored answers the read cache evicted from Redis to stay within CACHE_REDIS_MAX_BYTES (the cache\'s own entries only).', []),
+    cacheRedisBytes: new Gauge({
+      name: `${METRIC_PREFIX}cache_redis_bytes`,
+      help: 'Bytes of the fleet\'s stored answers in Redis (at most CACHE_REDIS_MAX_BYTES), as this sidecar\'s last store or invalidation found them.',
+      registers: [registry]
+    }),
+    cacheInvalidations: counter('cache_invalidations_total',
+      'Stored answers dropped because a PUT, POST, DELETE or other unsafe request to their URI succeeded (RFC 9111 §4.4), by where they were: this sidecar\'s memory, or Redis.', ['where']),
     cacheBytes: new Gauge({
       name: `${METRIC_PREFIX}cache_bytes`,
       help: 'Bytes of stored answers this sidecar holds in memory (at most CACHE_MAX_BYTES).',
@@ -308,5 +323,32 @@ function overloadMetrics (registry: Registry) {
     measureLiveMemory (fn: () => number): void { live = fn },
     /** Where memory_private_bytes is read from. */
     measurePrivateMemory (fn: () => number | undefined): void { privateMemory = fn }
+  }
+}
+
+/**
+ * What each limit of each rule may still send, read at each scrape (src/quota/rate-limit-fields.ts):
+ * the fleet's remaining while Redis answers, else this sidecar's share's; and each limit's quota.
+ */
+function budgetMetrics (registry: Registry) {
+  let read: () => Promise<void> = async () => {}
+  const rateLimitRemaining = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_remaining`,
+    help: 'What a limit of a rule may still send now, as RateLimit tells callers: the fleet\'s remaining while Redis answers, else this sidecar\'s share\'s; 0 while cooling down.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry],
+    async collect () { await read() }
+  })
+  const rateLimitQuota = new Gauge({
+    name: `${METRIC_PREFIX}rate_limit_quota`,
+    help: 'The quota of a limit of a rule (N of N/WINDOW), for the share of a budget spent.',
+    labelNames: ['rule', 'limit'] as const,
+    registers: [registry]
+  })
+  return {
+    rateLimitRemaining,
+    rateLimitQuota,
+    /** What rate_limit_remaining is read from at each scrape. */
+    readBudgets (fn: () => Promise<void>): void { read = fn }
   }
 }

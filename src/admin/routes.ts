@@ -11,7 +11,7 @@ export interface AdminOptions {
   tokens: Pick<TokenManager, 'state'>
   metrics: Metrics
   /** Where budgets and cool-downs live, for /readyz's reason and /status. */
-  quota?: Pick<QuotaGuard, 'status' | 'readinessNote'>
+  quota?: Pick<QuotaGuard, 'status' | 'readinessNote' | 'readinessHold'>
   /** The read cache, when a rule has cache=: its copies on /status. */
   cache?: Pick<ReadCache, 'status'>
   /** The overload manager: /readyz's reason while it sheds, and /status. */
@@ -44,6 +44,15 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
   return { ready: true, reason: 'token endpoint unavailable; callers get 503 until it recovers' }
 }
 
+/**
+ * A first start on a brand-new (or emptied) rate-limit Redis holds readiness for the few
+ * seconds its tally needs to be trusted, rather than answer the first callers 429: on its
+ * first contact a sidecar cannot tell a new Redis from one that lost the fleet's sends.
+ */
+function heldBy (result: { ready: boolean, reason: string }, hold: string | undefined): { ready: boolean, reason: string } {
+  return result.ready && hold !== undefined ? { ready: false, reason: hold } : result
+}
+
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
   app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
@@ -54,7 +63,7 @@ export async function adminRoutes (
 
   app.get('/readyz', async (_request, reply) => {
     const state = tokens.state()
-    const { ready, reason } = readiness(state, isDraining())
+    const { ready, reason } = heldBy(readiness(state, isDraining()), quota?.readinessHold())
     // Redis unreachable leaves the sidecar ready (limits go on in memory): said, not failed.
     const note = quota?.readinessNote()
     // Shedding leaves it ready too: it is load, which pulling the pod would move to the others.
@@ -84,7 +93,7 @@ export async function adminRoutes (
         uptimeMs: clock.now() - startedAt,
         wallNow: clock.wallNow(),
         token,
-        readiness: readiness(token, isDraining()),
+        readiness: heldBy(readiness(token, isDraining()), quota?.readinessHold()),
         config,
         ...(quota === undefined ? {} : { rateLimits: quota.status() }),
         ...(cache === undefined ? {} : { cache: cache.status() }),

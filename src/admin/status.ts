@@ -55,6 +55,7 @@ export function configSummary (config: Config): ConfigSummary {
     RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
     CACHE_MAX_BYTES: config.rateLimits.cacheMaxBytes,
     CACHE_ENTRY_MAX_BYTES: config.rateLimits.cacheEntryMaxBytes,
+    CACHE_REDIS_MAX_BYTES: config.cacheRedisMaxBytes,
     // '' when unset: the limit is then the cgroup's, shown under overload.
     MEMORY_LIMIT_BYTES: config.memoryLimitBytes ?? '',
     MAX_IN_FLIGHT_REQUESTS: config.maxInFlightRequests,

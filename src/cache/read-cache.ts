@@ -12,8 +12,8 @@ import type { Caller } from '../quota/guard.js'
 import { createMemoryStore, entrySize, lifetimeMs, standing, type Entry } from './entries.js'
 import { createFlights, type Flight } from './flights.js'
 import { createFleetFetch, type Turn } from './fleet-fetch.js'
-import { cacheStatus, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
-import type { SharedCache } from './redis-cache.js'
+import { cacheStatus, invalidatedUris, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
+import type { SharedCache, StoreReply } from './redis-cache.js'
 
 type Headers = Record<string, string | string[] | undefined>
 
@@ -42,6 +42,9 @@ export interface Lookup {
 /** A request that asks the fleet first fetches by itself without Redis. */
 const FETCH: Turn = Object.freeze({ kind: 'fetch' })
 
+/** How many keys whose value in Redis was not an entry are remembered, so that each is logged once. */
+export const MALFORMED_LOGGED_MAX = 1_000
+
 export type { Flight, FlightOutcome } from './flights.js'
 export type { Turn } from './fleet-fetch.js'
 
@@ -60,6 +63,17 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
   const fleet = shared === undefined ? undefined : createFleetFetch({ claims: shared.claims, clock, fillMs, find, failed: redisFailed })
   const flights = createFlights({ holdBudgetBytes: maxBytes, onEnd: (id, result) => { fleet?.ended(id, result) } })
   let sharedProblem: string | undefined
+
+  // A value of another layout (a rolling update) is a miss for every request of its key until
+  // a fetch replaces it: counted each time, logged once per key.
+  const malformedLogged = new Set<string>()
+  shared?.onMalformed((id, why) => {
+    metrics.cacheRedisMalformed.inc()
+    if (malformedLogged.has(id)) return
+    if (malformedLogged.size >= MALFORMED_LOGGED_MAX) malformedLogged.clear()
+    malformedLogged.add(id)
+    log.warn({ key: id, reason: why }, 'read cache: a value in redis is not an entry of this version; taken as a miss')
+  })
 
   function redisFailed (err: unknown, what: string): void {
     metrics.cacheRedisErrors.inc()
@@ -134,6 +148,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
       vary: decision.vary,
       rule,
       display: key.display,
+      uri: key.uri,
       storedAt: clock.now()
     }
     // Kept here, or (larger than this sidecar's whole cache) in the fleet's Redis only.
@@ -142,8 +157,33 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
       return undefined
     }
     metrics.cacheStores.inc({ rule })
-    shared?.set(key.id, entry).then(() => { sharedProblem = undefined }, (err: unknown) => { redisFailed(err, 'a store') })
+    shared?.set(key.id, entry).then((reply) => {
+      sharedProblem = undefined
+      sharedHolds(reply)
+    }, (err: unknown) => { redisFailed(err, 'a store') })
     return entry
+  }
+
+  function sharedHolds ({ heldBytes, evictedBytes }: Pick<StoreReply, 'heldBytes' | 'evictedBytes'>): void {
+    if (heldBytes >= 0) metrics.cacheRedisBytes.set(heldBytes)
+    if (evictedBytes > 0) metrics.cacheRedisEvictedBytes.inc(evictedBytes)
+  }
+
+  /**
+   * TI answered a request of `method` to `path` with `statusCode`: a successful unsafe one
+   * drops the stored answers of its target URI, and of its Location and Content-Location on
+   * the same origin (RFC 9111 §4.4), here and in Redis. Here again once Redis has dropped them:
+   * a lookup meanwhile may have copied one back.
+   */
+  function invalidate (upstream: string, method: string, path: string, statusCode: number, headers: Headers): void {
+    for (const uri of invalidatedUris(upstream, method, path, statusCode, headers)) {
+      metrics.cacheInvalidations.inc({ where: 'memory' }, memory.drop(uri))
+      shared?.invalidate(uri).then(({ dropped, heldBytes }) => {
+        metrics.cacheInvalidations.inc({ where: 'memory' }, memory.drop(uri))
+        metrics.cacheInvalidations.inc({ where: 'redis' }, dropped)
+        sharedHolds({ heldBytes, evictedBytes: 0 })
+      }, (err: unknown) => { redisFailed(err, 'an invalidation') })
+    }
   }
 
   function notStored (rule: string, why: NotStored): void {
@@ -176,6 +216,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     /** This request fetches `id` for every request here that asks meanwhile; undefined if one does already (join it). */
     lead: (id: string): Flight | undefined => flights.lead(id),
     store,
+    invalidate,
     serve,
     notStored,
     /** A request that found no usable answer and goes upstream (or is refused). */

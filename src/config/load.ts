@@ -52,6 +52,10 @@ export interface Config {
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
   readonly rateLimits: RateLimitConfig
+  /** CACHE_REDIS_MAX_BYTES: the read cache's copies in the fleet's Redis, at most; 0: none kept there. */
+  readonly cacheRedisMaxBytes: number
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
+  readonly rateLimitHeaders: boolean
 }
 
 /**
@@ -114,7 +118,9 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,
-    egressProxy
+    cacheRedisMaxBytes: raw.CACHE_REDIS_MAX_BYTES,
+    egressProxy,
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS
   })
 }
 

@@ -23,6 +23,7 @@ export const DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS = 60 * 60_000
 export const DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS = 200
 export const DEFAULT_CACHE_MAX_BYTES = 32 * 1024 * 1024
 export const DEFAULT_CACHE_ENTRY_MAX_BYTES = 8 * 1024 * 1024
+export const DEFAULT_CACHE_REDIS_MAX_BYTES = 64 * 1024 * 1024
 /**
  * Requests in flight beyond which new ones get 503 OVERLOADED (docs/overload.md). Measured in a
  * 128 MiB cgroup under 1000 concurrent 60 KB POSTs: caps of 1000 and 2000 were OOM-killed (the
@@ -103,8 +104,10 @@ export const schema = {
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
+    RATE_LIMIT_HEADERS: { type: 'boolean', default: true },
     CACHE_MAX_BYTES: { type: 'integer', minimum: 64 * 1024, maximum: 1024 * 1024 * 1024, default: DEFAULT_CACHE_MAX_BYTES },
     CACHE_ENTRY_MAX_BYTES: { type: 'integer', minimum: 1024, maximum: 256 * 1024 * 1024, default: DEFAULT_CACHE_ENTRY_MAX_BYTES },
+    CACHE_REDIS_MAX_BYTES: { type: 'integer', minimum: 0, maximum: 16 * 1024 * 1024 * 1024, default: DEFAULT_CACHE_REDIS_MAX_BYTES },
     MEMORY_LIMIT_BYTES: { type: 'integer', minimum: 0 },
     MAX_IN_FLIGHT_REQUESTS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_IN_FLIGHT_REQUESTS },
     MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },

@@ -20,6 +20,7 @@ import { cachedRequest } from '../cache/cached-request.js'
 import { requestCacheable, type StatusParams } from '../cache/policy.js'
 import type { CacheResult, ReadCache } from '../cache/read-cache.js'
 import type { Token, TokenManager } from '../token/token-manager.js'
+import { createRateLimitFields } from '../quota/rate-limit-fields.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
 export interface Exchange {
@@ -80,6 +81,8 @@ export interface ProxyOptions {
   quota: QuotaGuard
   /** Reuses TI's answers to GETs of rules with cache= (src/cache/); absent when no rule has it. */
   cache?: ReadCache
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on every answer of a budgeted rule (src/quota/rate-limit-fields.ts). */
+  rateLimitHeaders?: boolean
 }
 
 /**
@@ -117,6 +120,8 @@ export function observeExchange (
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
   const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache } = options
+  // RateLimit fields: on admission, a stored answer and a local refusal (src/quota/rate-limit-fields.ts).
+  const fields = options.rateLimitHeaders === true ? createRateLimitFields((rule) => quota.budget(rule)) : undefined
   let replayBytes = 0
   const release = (exchange: Exchange): void => {
     replayBytes -= exchange.reservedBytes
@@ -255,7 +260,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
 
   function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
     reply.hijack()
-    cache?.serve(reply.raw, entry, method, params, result)
+    if (fields === undefined) {
+      cache?.serve(reply.raw, entry, method, params, result)
+      return
+    }
+    const rule = quota.ruleFor(reply.request.method, reply.request.raw.url ?? '/')
+    fields.withFields(rule, reply.raw, () => { cache?.serve(reply.raw, entry, method, params, result) })
   }
 
   /** Serves stored answers to this request's caller, while it is there. */
@@ -294,7 +304,8 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     const fill = request.fill
     if (verdict.ok) {
       if (!callerGone(request) || (fill !== null && request.replayed)) {
-        forward(request, reply, rule, verdict.ticket)
+        if (fields === undefined) forward(request, reply, rule, verdict.ticket)
+        else fields.withFields(rule, reply.raw, () => { forward(request, reply, rule, verdict.ticket) })
         return
       }
       // Gone after its point was taken and before anything was written: the point goes back
@@ -319,6 +330,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     if (fill !== null) cache?.missed(fill.rule.id)
     const { message, retryAfterSeconds } = quota.describe(verdict)
+    fields?.refused(rule, reply.raw, verdict.retryAfterMs)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
     const error = new UpstreamRateLimitedError(message)
     // Those waiting for this fetch are refused with it, at once, not one budget wait each.
@@ -346,6 +358,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }, reply.raw, {
       answer: (statusCode, answerHeaders) => {
         quota.answered(rule, { statusCode, headers: answerHeaders })
+        cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||

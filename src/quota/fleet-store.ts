@@ -20,6 +20,7 @@ import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import { createLedger, type OpenSend } from './ledger.js'
+import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
@@ -50,6 +51,8 @@ export interface FleetStatus {
   declared: number
   /** Why Redis is not used, when it is not (never a credential). */
   problem: string | undefined
+  /** Settling on its first contact: the sidecar has never had a tally it could trust (holds /readyz). */
+  starting: boolean
 }
 
 export interface FleetStoreOptions {
@@ -84,6 +87,12 @@ export function createFleetStore (options: FleetStoreOptions) {
   let present = 0
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
   let graceUntil = -Infinity
+  /** The grace of a first contact made at start: until then this sidecar has never had a tally to trust. */
+  let firstGraceUntil: number | undefined
+  /** Whether start() is making the first contact (a later one may find a fleet already serving). */
+  let starting = true
+  /** The sidecars present when more than RATE_LIMIT_FLEET_SIZE was last reported (0: not over). */
+  let reportedOver = 0
   /**
    * The latest monotonic time at which Redis may still count this sidecar present: every
    * presence-renewing script is sent with a deadline of its send time + the timeout, and
@@ -103,6 +112,26 @@ export function createFleetStore (options: FleetStoreOptions) {
     present = reply.present
     metrics.rateLimitFleetSize?.set(size)
     metrics.rateLimitFleetPresent?.set(present)
+    reportFleetSize()
+  }
+
+  /**
+   * More sidecars present than RATE_LIMIT_FLEET_SIZE declares: the one moment a sidecar can see
+   * the guarantee's first assumption broken (shares spent while cut off may add up to more
+   * than a budget). Logged once per change of the count; /readyz and /status say it too.
+   */
+  function reportFleetSize (): void {
+    const over = fleetFloor > 0 && present > fleetFloor ? present : 0
+    if (over === reportedOver) return
+    reportedOver = over
+    if (over > 0) {
+      log.warn({ declared: fleetFloor, present },
+        // Stryker disable next-line StringLiteral: log wording (the fields are tested)
+        'more sidecars present than RATE_LIMIT_FLEET_SIZE declares: shares spent while cut off from redis may add up to more than a budget; set it to the most sidecars that run at once')
+    } else {
+      // Stryker disable next-line StringLiteral: log wording (the fields are tested)
+      log.info({ declared: fleetFloor, present }, 'no more sidecars present than RATE_LIMIT_FLEET_SIZE declares')
+    }
   }
 
   function setState (next: FleetState): void {
@@ -169,6 +198,19 @@ export function createFleetStore (options: FleetStoreOptions) {
     }
     if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
     return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(scope, limits, id)
+  }
+
+  /** What `alone` would still let each limit send (RateLimit fields): its share's room, none while it would refuse. */
+  function aloneBudget (scope: string, limits: readonly Limit[]): Remaining[] {
+    const now = clock.now()
+    const one = fleetFloor === 1 && size === 1
+    return ledgerBudget(ledger, scope, limits, (limit) => one ? limit.count : shareOf(limit)).map((remaining, i) => {
+      const limit = limits[i] as Limit
+      const ms = reasserting !== undefined || (!one && shareOf(limit) === 0)
+        ? timing.heartbeatMs
+        : (one ? bornAt : presenceBound) + limit.windowMs - now
+      return ms > 0 ? { left: 0, resetMs: Math.max(ms, remaining.resetMs) } : remaining
+    })
   }
 
   function admit (scope: string, limits: readonly Limit[], id = nextId()): Take {
@@ -249,6 +291,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         }
         member.epoch = reply.epoch
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
+        if (starting) firstGraceUntil = graceUntil
         learn(reply)
         await shareCooldowns()
         const was = state
@@ -347,9 +390,26 @@ export function createFleetStore (options: FleetStoreOptions) {
     ...store,
     cooldowns,
     displayUrl: redis.displayUrl,
-    status: (): FleetStatus => ({ state: state === 'shared' && clock.now() < graceUntil ? 'settling' : state, size, present, declared: fleetFloor, problem }),
+    status (): FleetStatus {
+      const settling = state === 'shared' && clock.now() < graceUntil
+      return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === firstGraceUntil }
+    },
     /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => shareOf(limit),
+    /**
+     * What each limit of a scope may still send now, never more than the fleet has: the fleet's
+     * tally while shared (read, nothing taken), else what this sidecar may spend alone.
+     */
+    async budget (scope: string, limits: readonly Limit[]): Promise<Remaining[]> {
+      const cooling = cooldowns.left(scope)
+      if (cooling > 0) return limits.map(() => ({ left: 0, resetMs: cooling }))
+      if (state === 'shared' && clock.now() >= graceUntil) {
+        // A failed read changes nothing here: the takes notice Redis failing.
+        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits).catch(() => undefined)
+        if (peeked !== undefined) return peeked
+      }
+      return aloneBudget(scope, limits)
+    },
     /** Connects for at most the timeout (at least 1 s); never fails. */
     async start (): Promise<void> {
       redis.onState((up, err) => {
@@ -360,10 +420,11 @@ export function createFleetStore (options: FleetStoreOptions) {
         if (state === 'shared') fallBack(err)
       })
       metrics.rateLimitFleetSize?.set(size)
-      if (await redis.connect()) {
-        await reassert()
-        return
-      }
+      metrics.rateLimitFleetDeclared?.set(fleetFloor)
+      const up = await redis.connect()
+      if (up) await reassert()
+      starting = false
+      if (up) return
       const reason = redisAuthProblem(redis.lastError()) ?? 'not reachable'
       // Stryker disable next-line StringLiteral: log wording (the reason is the field)
       report(reason, 'rate-limit redis not reachable at start: each sidecar spends only its share of the budgets until it answers')

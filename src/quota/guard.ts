@@ -11,6 +11,8 @@ import type { FleetStatus, FleetStore } from './fleet-store.js'
 import { retryAfterMs, retryAfterSeconds } from './retry-after.js'
 import { matchRule, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createLocalStore, UPSTREAM_SCOPE, type Cooldowns, type Store, type Take } from './store.js'
+import { createLedger } from './ledger.js'
+import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 
 export { UPSTREAM_SCOPE }
 
@@ -52,7 +54,8 @@ export interface RateLimitStatus {
   /** Budgets are shared through Redis but it cannot be used now: each sidecar spends only its share. */
   degraded: boolean
   redis: { url: string, up: boolean, problem: string | null } | null
-  fleet: { size: number, present: number } | null
+  /** `declared`: RATE_LIMIT_FLEET_SIZE (0: unset); `overDeclared`: more present than declared (the guarantee's first assumption broken). */
+  fleet: { size: number, present: number, declared: number, overDeclared: boolean } | null
   rules: Array<{ rule: string, limits: string[], share: number[] }>
   cooldowns: Array<{ rule: string, until: string }>
 }
@@ -66,13 +69,28 @@ export interface GuardOptions {
   fleet?: (onCooldown: (scope: string) => void) => FleetStore
 }
 
+/** More sidecars present in Redis than RATE_LIMIT_FLEET_SIZE declares (none declared: never). */
+const overDeclared = (s: FleetStatus): boolean => s.declared > 0 && s.present > s.declared
+
+/** Why budgets are not shared in Redis although it is configured; undefined while they are. */
+function sharingNote (s: FleetStatus, url: string): string | undefined {
+  if (s.state === 'shared' || s.starting) return undefined
+  if (s.state === 'settling') return `rate limits shared in redis ${url} in a moment: its tally is new, sidecars are still telling it their sends`
+  const why = s.problem ?? (s.state === 'connecting' ? 'not reachable yet' : 'unreachable or too slow')
+  const alone = s.declared === 0
+    ? 'budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)'
+    : `each sidecar spends only its share (fleet size ${s.size})`
+  return `rate limits not shared: redis ${url} ${why}; ${alone}`
+}
+
 export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFleet }: GuardOptions) {
   const { rules, maxWaitMs, cooldownMs, cooldownMaxMs } = config
   /** Whether anything can ever stop a request: otherwise admit() is a constant. */
   const active = rules.length > 0 || cooldownMs > 0
   const fleet = createFleet?.((scope) => { note(scope) })
   const cooldowns: Cooldowns = fleet?.cooldowns ?? createCooldowns(clock)
-  const store: Store = fleet ?? createLocalStore(clock, cooldowns)
+  const ledger = createLedger(clock)
+  const store: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
 
   // The cool-down gauge of each scope, reset when its cool-down ends.
   const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()
@@ -202,7 +220,9 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       redis: fleet === undefined || fleetStatus === undefined
         ? null
         : { url: fleet.displayUrl, up: shared, problem: fleetStatus.problem ?? null },
-      fleet: fleetStatus === undefined ? null : { size: fleetStatus.size, present: fleetStatus.present },
+      fleet: fleetStatus === undefined
+        ? null
+        : { size: fleetStatus.size, present: fleetStatus.present, declared: fleetStatus.declared, overDeclared: overDeclared(fleetStatus) },
       rules: rules.map((r) => ({
         rule: r.id,
         limits: r.limits.map((l) => l.text),
@@ -232,17 +252,33 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       if (isRateLimitFault(answer.body, answer.headers['content-encoding'])) rateLimitAnswer(rule, answer.headers)
     },
     describe,
+    /**
+     * What each limit of a rule may still send now (nothing is taken): the fleet's tally while
+     * Redis answers, else this sidecar's own share; on its own, its ledger.
+     */
+    budget (rule: Rule): Remaining[] | Promise<Remaining[]> {
+      if (fleet !== undefined) return fleet.budget(rule.id, rule.limits)
+      const cooling = cooldowns.left(rule.id)
+      return cooling > 0 ? rule.limits.map(() => ({ left: 0, resetMs: cooling })) : ledgerBudget(ledger, rule.id, rule.limits, (l) => l.count)
+    },
     backend: (): 'memory' | 'redis' => fleet?.status().state === 'shared' ? 'redis' : 'memory',
-    /** For /readyz: why limits are not shared although Redis is configured (still ready). */
+    /**
+     * For /readyz: not ready while the first contact with Redis settles (a brand-new or
+     * emptied Redis: its tally is trusted within RATE_LIMIT's fresh-epoch grace, a few seconds).
+     * Held only on the first contact: later, the whole fleet would leave rotation at once.
+     */
+    readinessHold (): string | undefined {
+      if (fleet?.status().starting !== true) return undefined
+      return `rate-limit redis ${fleet.displayUrl} is new or lost its data: the fleet's tally is trusted in a moment, once the sidecars have told it their sends (budgeted requests are refused until then)`
+    },
+    /** For /readyz: why limits are not shared although Redis is configured, or more sidecars run than declared (still ready). */
     readinessNote (): string | undefined {
       const s = fleet?.status()
-      if (fleet === undefined || s === undefined || s.state === 'shared') return undefined
-      if (s.state === 'settling') return `rate limits shared in redis ${fleet.displayUrl} in a moment: its tally is new, sidecars are still telling it their sends`
-      const why = s.problem ?? (s.state === 'connecting' ? 'not reachable yet' : 'unreachable or too slow')
-      const alone = s.declared === 0
-        ? 'budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)'
-        : `each sidecar spends only its share (fleet size ${s.size})`
-      return `rate limits not shared: redis ${fleet.displayUrl} ${why}; ${alone}`
+      if (fleet === undefined || s === undefined) return undefined
+      const over = overDeclared(s)
+        ? `${s.present} sidecars present in redis, more than RATE_LIMIT_FLEET_SIZE=${s.declared}: set it to the most sidecars that run at once`
+        : undefined
+      return [sharingNote(s, fleet.displayUrl), over].filter((text) => text !== undefined).join('; ') || undefined
     },
     status,
     /** Connects to Redis (when configured), for at most its timeout; never fails. */

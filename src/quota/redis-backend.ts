@@ -119,6 +119,41 @@ for i = 3, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
 `
 
+// KEYS: epoch, members, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// (count, window ms) per limit. Read-only (RateLimit fields, the remaining-budget gauges): per
+// limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
+// sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
+// there is room, else the one whose exit lets one more in); nothing while cooling down or gated. Returns {code, now, then (left, ms) per limit}: 0, or 5 the epoch.
+const PEEK = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- MGET: Redis's GET statistics stay the read cache's own (test/cache/fleet.test.ts counts them).
+if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
+local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+local size = math.max(present, tonumber(ARGV[1]))
+local cd = redis.call('PTTL', KEYS[3])
+local out = {0, now}
+for i = 4, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 1]), tonumber(ARGV[i])
+  local room = count
+  if size > present then room = count - (size - present) * math.floor(count / size) end
+  local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+  -- The send whose exit lets one more in (the oldest while there is room).
+  local leaving = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', math.max(0, used - room), 1)
+  local ms = 0
+  if leaving[2] then ms = tonumber(leaving[2]) + window - now end
+  local gate = redis.call('PTTL', KEYS[i + 1])
+  if gate > 0 or cd > 0 then
+    out[#out + 1] = 0
+    out[#out + 1] = math.max(gate, cd, ms)
+  else
+    out[#out + 1] = math.max(0, room - used)
+    out[#out + 1] = ms
+  end
+end
+return out
+`
+
 // KEYS: the logs of a rule's limits. ARGV: the send id. A send that never reached the upstream.
 const REFUND = `
 for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
@@ -188,6 +223,9 @@ export interface HeartbeatReply {
   cooldowns: Map<string, number>
 }
 
+/** What one limit may still send now, and the ms until that grows. */
+export interface PeekedLimit { left: number, resetMs: number }
+
 /** A send to tell Redis again, per limit. */
 export interface ReassertLimit {
   scope: string
@@ -201,6 +239,7 @@ type ScriptClient = Redis & {
   sapReassert: (numKeys: number, ...args: Array<string | number>) => Promise<Reply>
   sapHeartbeat: (numKeys: number, ...args: Array<string | number>) => Promise<Reply>
   sapRefund: (numKeys: number, ...args: Array<string | number>) => Promise<number>
+  sapPeek: (numKeys: number, ...args: Array<string | number>) => Promise<number[]>
   sapCoolDown: (numKeys: number, ...args: Array<string | number>) => Promise<number>
 }
 
@@ -224,6 +263,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   client.defineCommand('sapHeartbeat', { lua: HEARTBEAT })
   client.defineCommand('sapRefund', { lua: REFUND })
   client.defineCommand('sapCoolDown', { lua: COOL_DOWN })
+  client.defineCommand('sapPeek', { lua: PEEK })
 
   let listener: ((up: boolean, err?: unknown) => void) | undefined
   let lastError: unknown
@@ -286,6 +326,13 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       // Stryker disable next-line UnaryOperator: the script answers one PTTL per scope asked, so the default is never read
       const cooldowns = new Map(scopes.map((scope, i) => [scope, Number(reply[4 + i] ?? -2)]))
       return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]), cooldowns }
+    },
+    /** What each limit may still send now (RateLimit fields); undefined when the epoch is not `epoch`. */
+    async peek (epoch: string, floor: number, scope: string, limits: readonly Limit[]): Promise<PeekedLimit[] | undefined> {
+      const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
+      const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]))
+      if (Number(reply[0]) !== 0) return undefined
+      return limits.map((_, i) => ({ left: Number(reply[2 + 2 * i]), resetMs: Number(reply[3 + 2 * i]) }))
     },
     async refund (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
       if (limits.length === 0) return

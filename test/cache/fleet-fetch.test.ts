@@ -13,7 +13,7 @@ import { UpstreamRateLimitedError, UpstreamTimeoutError } from '../../src/errors
 import { fakeClock } from '../helpers/fake-clock.js'
 
 const key = { id: 'k', display: '/a' } as unknown as CacheKey
-const entry = (storedAt: number): Entry => ({ status: 200, headers: {}, body: Buffer.from('x'), freshMs: 1_000, staleMs: 9_000, initialAgeMs: 0, vary: [], rule: 'r', display: '/a', storedAt })
+const entry = (storedAt: number): Entry => ({ status: 200, headers: {}, body: Buffer.from('x'), freshMs: 1_000, staleMs: 9_000, initialAgeMs: 0, vary: [], rule: 'r', display: '/a', uri: '/a', storedAt })
 
 type Look = Awaited<ReturnType<FleetClaims['look']>>
 

@@ -42,6 +42,8 @@ const EXPORTED: Record<string, string[]> = {
   store_auth_proxy_rate_limit_backend: ['backend'],
   store_auth_proxy_rate_limit_redis_up: [],
   store_auth_proxy_rate_limit_redis_fallbacks_total: [],
+  store_auth_proxy_rate_limit_fleet_present: [],
+  store_auth_proxy_rate_limit_fleet_declared: [],
   store_auth_proxy_cache_requests_total: ['rule', 'result'],
   store_auth_proxy_cache_stores_total: ['rule'],
   store_auth_proxy_cache_not_stored_total: ['rule', 'reason'],

@@ -50,7 +50,7 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   // sidecars in the same series that exp_alerts leaves out: promtool compares exactly).
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
-    'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyNoValidToken',
+    'StoreAuthProxyBudgetNearlySpent', 'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyFleetLargerThanDeclared', 'StoreAuthProxyNoValidToken',
     'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyShedding', 'StoreAuthProxyTokenEndpointFailing',
     'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])
@@ -77,6 +77,7 @@ t.test('the unit tests catch a rule that is off: a higher 5xx threshold, a longe
 t.test('the unit tests catch a quota alert that is off: a longer Redis outage, a longer rate-limited spell', async (t) => {
   await caught(t, ['--set', 'metrics.prometheusRule.redisDownMinutes=10'], 'StoreAuthProxyRateLimitRedisDown')
   await caught(t, ['--set', 'metrics.prometheusRule.upstreamRateLimitedMinutes=30'], 'StoreAuthProxyUpstreamRateLimited')
+  await caught(t, ['--set', 'metrics.prometheusRule.fleetLargerMinutes=20'], 'StoreAuthProxyFleetLargerThanDeclared')
 })
 
 t.test('the unit tests catch the stale-answers alert with another delay: later or earlier than the series say', async (t) => {
@@ -84,4 +85,9 @@ t.test('the unit tests catch the stale-answers alert with another delay: later o
   await caught(t, ['--set', 'metrics.prometheusRule.servingStaleMinutes=10'], 'StoreAuthProxyServingStale')
   await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=5'], 'StoreAuthProxyShedding')
   await caught(t, ['--set', 'metrics.prometheusRule.sheddingMinutes=15'], 'StoreAuthProxyShedding')
+})
+
+t.test('the unit tests catch a budget alert that is off: a higher share spent, a longer wait', async (t) => {
+  await caught(t, ['--set-json', 'metrics.prometheusRule.budgetSpentRatio=0.9'], 'StoreAuthProxyBudgetNearlySpent')
+  await caught(t, ['--set', 'metrics.prometheusRule.budgetSpentMinutes=10'], 'StoreAuthProxyBudgetNearlySpent')
 })

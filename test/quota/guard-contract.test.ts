@@ -76,6 +76,7 @@ function standInFleet (clock: ReturnType<typeof fakeClock>['clock']) {
       displayUrl: 'redis://redis.test:6379',
       status: () => ({ ...control.status }),
       share: (limit: Limit) => Math.floor(limit.count / control.status.size),
+      budget: async () => [],
       start: async () => {},
       close: async () => {}
     }

@@ -469,6 +469,10 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 - name: RATE_LIMIT_COOLDOWN_MAX_MS
   value: {{ .Values.rateLimits.cooldownMaxMs | int64 | quote }}
 {{- end }}
+{{- if not .Values.rateLimits.headers }}
+- name: RATE_LIMIT_HEADERS
+  value: "false"
+{{- end }}
 {{- if not (kindIs "invalid" .Values.rateLimits.fleetSize) }}
 - name: RATE_LIMIT_FLEET_SIZE
   value: {{ .Values.rateLimits.fleetSize | int64 | quote }}
@@ -492,6 +496,10 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 {{- if not (kindIs "invalid" .Values.rateLimits.cache.entryMaxBytes) }}
 - name: CACHE_ENTRY_MAX_BYTES
   value: {{ .Values.rateLimits.cache.entryMaxBytes | int64 | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.cache.redisMaxBytes) }}
+- name: CACHE_REDIS_MAX_BYTES
+  value: {{ .Values.rateLimits.cache.redisMaxBytes | int64 | quote }}
 {{- end }}
 {{- end }}
 

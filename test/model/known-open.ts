@@ -1,0 +1,20 @@
+// The cases of issue 34 (and the model's own findings, FINDINGS.md) whose fix is not on main
+// yet. A violation the model attributes to one of them is reported, not failed; every other
+// violation fails the run. Shrink this list as each fix lands: the model then holds the
+// fixed code to the promise, and counterexamples.test.ts turns its case's test into a real one.
+export const KNOWN_OPEN = new Set<string>([
+  'case-1', // a cold fleet's misses meet the spent budget while the fleet fetches
+  'case-2', // cached answers evict the budgets
+  'case-3' // a restart or replacement forgets what was spent
+  // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
+  // waiters) hold since c7cb9df.
+])
+
+/** What each attributable case is, for reports. */
+export const CASES: Record<string, string> = {
+  'case-1': 'a caller of a key under fetch got a budget refusal',
+  'case-2': 'over the budget at TI with Redis evicting under maxmemory',
+  'case-3': 'over the budget at TI after a sidecar restart or replacement',
+  'case-4': 'a fresh or in-stale= answer refused while the token had lapsed',
+  'case-5': 'no status line within the deadline while a fetch of the key failed or hung'
+}
