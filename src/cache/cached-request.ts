@@ -42,7 +42,7 @@ export function cachedRequest (options: CachedRequestOptions) {
     const path = forwardedPath(request)
     const key = cacheKey(upstreamUrl, path, request.headers)
     const fresh = asksForFresh(request.headers)
-    const { entry: found } = await cache.find(key, request.headers)
+    const { entry: found, unusable = false } = await cache.find(key, request.headers)
     if (callerGone(request)) return
     if (found !== undefined && !fresh && cache.standing(found).fresh) {
       serve(reply, found, request.method, { hit: true }, 'hit')
@@ -81,7 +81,7 @@ export function cachedRequest (options: CachedRequestOptions) {
       flight,
       decision: undefined
     }
-    if (servedWithoutToken(request, reply, request.fill) || !await fleetTurn(request, reply, request.fill) || !await tokenFor(request, reply, request.fill)) return
+    if (servedWithoutToken(request, reply, request.fill) || !await fleetTurn(request, reply, request.fill, unusable) || !await tokenFor(request, reply, request.fill)) return
     // With a stored answer to stand in, a spent budget is not waited for.
     admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
   }
@@ -105,8 +105,8 @@ export function cachedRequest (options: CachedRequestOptions) {
    * fetches for it; false when another sidecar's fetch answered it (its entry, or its failure,
    * for which a stored answer within stale= stands in), or its caller left.
    */
-  async function fleetTurn (request: FastifyRequest, reply: FastifyReply, fill: Fill): Promise<boolean> {
-    const turn = await cache.turn(fill.key, request.headers, fill.found, reply.raw)
+  async function fleetTurn (request: FastifyRequest, reply: FastifyReply, fill: Fill, unusable: boolean): Promise<boolean> {
+    const turn = await cache.turn(fill.key, request.headers, fill.found, reply.raw, unusable)
     if (turn.kind === 'fetch') return true
     if (turn.kind === 'gone') {
       fill.flight.settle(undefined)

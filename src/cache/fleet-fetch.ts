@@ -19,14 +19,17 @@ export const FAILURE_SHOWN_MS = 1_000
 export const FLEET_POLL_MS = 50
 /** An entry in Redis counts as newer than a copy held here when its key has this much longer to live. */
 const NEWER_BY_MS = 1_000
+/** The knownLeftMs of a request that found a value in Redis it cannot use: that value is no newer entry. */
+const IGNORE_STORED = -2
 
-// KEYS: claim, entry. ARGV: claim value, lease ms, how long the caller's own copy has left (-1: none).
+// KEYS: claim, entry. ARGV: claim value, lease ms, how long the caller's own copy has left (-1: none;
+// IGNORE_STORED: the value stored is one it cannot use, and is no news).
 // 'stored' when a newer entry is there; the claim's value when another holds it (a live claim,
 // or a failure left in its place); else the claim is this caller's.
 const CLAIM = `
 local left = redis.call('PTTL', KEYS[2])
 local known = tonumber(ARGV[3])
-if left > 0 and (known < 0 or left > known + ${NEWER_BY_MS}) then return 'stored' end
+if known ~= ${IGNORE_STORED} and left > 0 and (known < 0 or left > known + ${NEWER_BY_MS}) then return 'stored' end
 local held = redis.call('GET', KEYS[1])
 if held then return held end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -112,7 +115,7 @@ export function createFleetClaims ({ client, entryKey, claimKey, ready }: {
       for (const [err] of replies) if (err != null) throw err
       const left = Number(replies[0]?.[1])
       const value = replies[1]?.[1] as string | null | undefined
-      const stored = left > 0 && (knownLeftMs < 0 || left > knownLeftMs + NEWER_BY_MS)
+      const stored = knownLeftMs !== IGNORE_STORED && left > 0 && (knownLeftMs < 0 || left > knownLeftMs + NEWER_BY_MS)
       return { stored, held: value == null ? 'none' : decodeFailure(value) ?? 'live' }
     }
   }
@@ -204,8 +207,9 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
      * claims the fetch (then it fetches), or waits for the claimant's entry or failure. With
      * Redis failing, or a claimant slower than a whole fetch, it fetches by itself.
      */
-    async turn (key: CacheKey, headers: Record<string, string | string[] | undefined>, found: Entry | undefined, caller: Caller): Promise<Turn> {
-      const knownLeftMs = found === undefined ? -1 : Math.max(0, lifetimeMs(found) - (clock.now() - found.storedAt))
+    async turn (key: CacheKey, headers: Record<string, string | string[] | undefined>, found: Entry | undefined, caller: Caller,
+      unusable = false): Promise<Turn> {
+      const knownLeftMs = found !== undefined ? Math.max(0, lifetimeMs(found) - (clock.now() - found.storedAt)) : unusable ? IGNORE_STORED : -1
       const deadline = clock.now() + fillMs
       for (;;) {
         // Claims that came and went without an answer for this request: it has waited a whole fetch's time.
@@ -229,7 +233,8 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
         if (claim.kind === 'stored') return await storedEntry(key, headers, found)
         if (claim.failure !== undefined) return { kind: 'failure', failure: claim.failure }
         const waited = await waitForClaim(key, knownLeftMs, caller, deadline)
-        if (waited === 'stored') return await storedEntry(key, headers, found)
+        // Where a value stood that it cannot use, the claimant's entry is seen only once its claim is gone.
+        if (waited === 'stored' || (waited === 'lapsed' && unusable)) return await storedEntry(key, headers, found)
         if (waited !== 'lapsed') return waited
       }
     },

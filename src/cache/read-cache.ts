@@ -37,6 +37,8 @@ export interface ReadCacheOptions {
 /** What a lookup found: a usable stored answer, if any. */
 export interface Lookup {
   entry: Entry | undefined
+  /** Nothing usable here, but Redis holds a value under the key (another layout, or TI's Vary gives it another caller). */
+  unusable?: boolean
 }
 
 /** A request that asks the fleet first fetches by itself without Redis. */
@@ -105,17 +107,20 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     const own = local !== undefined && varyMatches(local.vary, headers) ? local : undefined
     if (shared === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own }
     let theirs: Entry | undefined
+    let unusable = false
     try {
       // A stale copy of our own: the entry is read only if Redis holds a newer one.
       const ownLeftMs = own === undefined ? undefined : lifetimeMs(own) - (clock.now() - own.storedAt)
-      theirs = (await sharedLookup(shared, key.id, ownLeftMs)).entry
+      const read = await sharedLookup(shared, key.id, ownLeftMs)
+      theirs = read.entry
+      unusable = read.unusable === true || theirs !== undefined
       sharedProblem = undefined
     } catch (err) {
       redisFailed(err, 'a lookup')
       return { entry: own }
     }
     if (theirs === undefined || !varyMatches(theirs.vary, headers) || !standing(theirs, clock.now()).usable ||
-      (own !== undefined && own.storedAt >= theirs.storedAt)) return { entry: own }
+      (own !== undefined && own.storedAt >= theirs.storedAt)) return own === undefined && unusable ? { entry: own, unusable } : { entry: own }
     // Another sidecar's newer copy: kept here too, so the next hits need no Redis.
     memory.set(key.id, theirs)
     return { entry: theirs }
@@ -125,8 +130,8 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
    * Before this sidecar fetches `key` (refreshing `found`), the fleet is asked: this request
    * fetches for it, or gets another sidecar's fetch's entry or failure (fleet-fetch.ts).
    */
-  async function turn (key: CacheKey, headers: Headers, found: Entry | undefined, caller: Caller): Promise<Turn> {
-    return await fleet?.turn(key, headers, found, caller) ?? FETCH
+  async function turn (key: CacheKey, headers: Headers, found: Entry | undefined, caller: Caller, unusable = false): Promise<Turn> {
+    return await fleet?.turn(key, headers, found, caller, unusable) ?? FETCH
   }
 
   /** Keeps TI's answer as `decision` allows, here and for the fleet; undefined if it is too large. */

@@ -143,7 +143,7 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
      * only if Redis holds a newer one: a stale copy is not downloaded again on every use.
      * Fails when Redis cannot be asked (not connected, or slower than the timeout).
      */
-    async get (id: string, unlessLeftMs?: number): Promise<{ entry?: Entry, filling: boolean }> {
+    async get (id: string, unlessLeftMs?: number): Promise<{ entry?: Entry, filling: boolean, unusable?: true }> {
       ready()
       if (unlessLeftMs !== undefined) {
         const [left, fill] = await exec(client.pipeline().pttl(key(id)).pttl(fillKey(id)))
@@ -159,7 +159,7 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
       const entry = decodeEntry(value as Buffer, redisMsOf(time), now())
       if (typeof entry !== 'string') return { entry, filling }
       malformed(id, entry)
-      return { filling }
+      return { filling, unusable: true }
     },
     /** The fleet's one fetch per key (src/cache/fleet-fetch.ts): its claims share this connection. */
     claims: createFleetClaims({ client, entryKey: key, claimKey: fillKey, ready }),
