@@ -5,6 +5,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { adminRoutes } from './admin/routes.js'
+import { idempotencyReleaseRoute } from './admin/idempotency-release.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
@@ -28,6 +29,10 @@ import { createCredentialReader, credentialOrigin, type ReadFile } from './token
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 import { pendingResponse } from './upstream/socket-internals.js'
+import { createIdempotency, type IdempotencyTiming } from './idempotency/create.js'
+import { enforcePolicy } from './policy/policy.js'
+import { testOrderUpstream } from './policy/test-orders.js'
+import type { IdempotencyStage } from './idempotency/stage.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
@@ -50,6 +55,8 @@ export interface AppDependencies {
   version?: string
   /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
   quotaTiming?: Partial<FleetTiming>
+  /** The idempotency keys' epoch check, recovery window and pending margin (src/idempotency/create.ts); tests shorten them. */
+  idempotencyTiming?: IdempotencyTiming
   /** Where the cgroup's memory limit is read from (memory-limit.ts); tests give fixture files. */
   readSystemFile?: ReadSystemFile
   /** Live memory for the overload manager (overload.ts liveBytes by default). */
@@ -98,7 +105,10 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 
   const { quota, cache } = await createQuota(config, deps, metrics)
   const overload = createOverload(config, deps, metrics)
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }) })
+  const idempotency = await createIdempotency(config, {
+    log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
+  })
+  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }) })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -110,6 +120,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   await admin.register(adminRoutes, {
     tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
   })
+  if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })
 
   return {
     proxy: proxyServer,
@@ -120,7 +131,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     overload,
     start: async () => {
       overload.start()
-      await Promise.all([tokens.start(), quota.start(), cache?.start()])
+      await Promise.all([tokens.start(), quota.start(), cache?.start(), idempotency?.start()])
     },
     drain: () => { draining = true },
     close () {
@@ -143,7 +154,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await proxyServer.close().finally(() => { clearTimeout(sweep) })
     tokens.stop()
     overload.stop()
-    await Promise.all([quota.close(), cache?.close()])
+    await Promise.all([quota.close(), cache?.close(), idempotency?.close()])
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
@@ -263,10 +274,10 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   return { quota, cache }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -339,16 +350,18 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   })
   answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
   shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
+  enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream,
+    upstream: config.policy.testOrders ? testOrderUpstream(upstream, config.upstreamUrl) : upstream,
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
     quota,
     rateLimitHeaders: config.rateLimitHeaders,
-    ...(cache === undefined ? {} : { cache })
+    ...(cache === undefined ? {} : { cache }),
+    ...(idempotency === undefined ? {} : { idempotency })
   })
   return proxyServer
 }

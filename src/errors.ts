@@ -79,6 +79,11 @@ const OWN_ERRORS = [
   UpstreamRateLimitedError, InternalError,
   EgressProxyUnreachableError, EgressProxyTimeoutError, EgressProxyAuthError, EgressProxyRefusedError
 ]
+/** Idempotent routes and the route policy (appended at the end of this file). */
+const ORDER_ERRORS = (): unknown[] => [
+  IdempotencyKeyMissingError, IdempotencyKeyInvalidError, IdempotencyKeyInUseError, OrderOutcomeUnknownError,
+  IdempotencyKeyReusedError, IdempotencyUnavailableError, RouteNotAllowedError
+]
 
 /** Whether an error is the egress proxy's own failure (see egress-proxy.ts). */
 export function isEgressProxyError (error: unknown): error is Error & { code: string } {
@@ -88,7 +93,7 @@ export function isEgressProxyError (error: unknown): error is Error & { code: st
 
 /** Whether an error is one of the answers above (its message is safe to show the caller). */
 export function isOwnError (error: unknown): boolean {
-  return OWN_ERRORS.some((E) => error instanceof E)
+  return OWN_ERRORS.some((E) => error instanceof E) || ORDER_ERRORS().some((E) => error instanceof (E as typeof InternalError))
 }
 
 /** The shape every sidecar-made error answer has. */
@@ -172,3 +177,39 @@ export function sendError (
     to.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`)
   }
 }
+
+// Idempotent routes (src/idempotency/, docs/idempotency.md): the answers of
+// draft-ietf-httpapi-idempotency-key-header §2.7, each with a code of its own.
+
+/** The route requires a key and the request has none (draft: 400, "Idempotency-Key is missing"). */
+export const IdempotencyKeyMissingError = createError(
+  'IDEMPOTENCY_KEY_MISSING', 'Idempotency-Key is missing: this route requires one (a quoted string, e.g. a UUID); %s', 400)
+
+/** A malformed key, or two of them. */
+export const IdempotencyKeyInvalidError = createError(
+  'IDEMPOTENCY_KEY_INVALID', '%s', 400)
+
+/** The draft's 409: a request with this key is in flight; the answer carries Retry-After. */
+export const IdempotencyKeyInUseError = createError(
+  'IDEMPOTENCY_KEY_IN_USE', 'a request is outstanding for this Idempotency-Key: retry after it is answered', 409)
+
+/**
+ * The request with this key was written to TI and no complete answer came (a timeout, a cut
+ * connection, a sidecar stopped mid-request): it may have been placed. Never sent again.
+ */
+export const OrderOutcomeUnknownError = createError(
+  'ORDER_OUTCOME_UNKNOWN',
+  'the first request with this Idempotency-Key reached TI but its answer did not come back: it may have been placed; look it up (e.g. GET the orders) before placing it again with a new key, or ask the operator to release the key',
+  409)
+
+/** The draft's 422: the key was used with another request (method, path or body). */
+export const IdempotencyKeyReusedError = createError(
+  'IDEMPOTENCY_KEY_REUSED', 'Idempotency-Key is already used with a different request: a key must not be reused across different payloads', 422)
+
+/** The key cannot be checked: refused rather than risk a duplicate (the opposite of the cache). */
+export const IdempotencyUnavailableError = createError(
+  'IDEMPOTENCY_UNAVAILABLE', 'the Idempotency-Key cannot be checked (%s); nothing was sent; retry later', 503)
+
+/** The route policy (src/policy/) does not allow this method and path with this credential. */
+export const RouteNotAllowedError = createError(
+  'ROUTE_NOT_ALLOWED', 'the %s method on this path is not allowed by the sidecar\'s route policy', 403)

@@ -62,7 +62,10 @@ export function configSummary (config: Config): ConfigSummary {
     MAX_CONNECTIONS: config.maxConnections,
     ACCESS_LOG: config.accessLog,
     STATUS_ENDPOINT: config.statusEndpoint,
-    LOG_LEVEL: config.logLevel
+    LOG_LEVEL: config.logLevel,
+    STATE_DIR: config.stateDir ?? '',
+    ALLOWED_ROUTES: config.policy.allowed?.map((route) => route.id).join('; ') ?? '',
+    TEST_ORDERS: config.policy.testOrders
   })
 }
 

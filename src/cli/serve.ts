@@ -1,5 +1,6 @@
 // The sidecar's commands: `serve` (listen, then shut down gracefully) and what it prints.
 import { egressSummary } from '../egress/route.js'
+import { describePolicy } from '../config/orders.js'
 import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import type { App } from '../app.js'
@@ -30,7 +31,8 @@ export function describe (config: Config) {
     admin: `${config.adminHost}:${config.adminPort}`,
     rateLimitRules: config.rateLimits.rules.length,
     // scheme://host:port only: the URL may carry a password.
-    rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl)
+    rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl),
+    routePolicy: describePolicy(config.policy)
   }
 }
 

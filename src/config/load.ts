@@ -5,6 +5,7 @@ import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
+import { checkOrders, type RoutePolicy } from './orders.js'
 
 export interface Config {
   readonly authUrl: string
@@ -56,6 +57,10 @@ export interface Config {
   readonly cacheRedisMaxBytes: number
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly rateLimitHeaders: boolean
+  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/); undefined: none. */
+  readonly stateDir: string | undefined
+  /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
+  readonly policy: RoutePolicy
 }
 
 /**
@@ -81,6 +86,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
   const egressProxy = loadEgressProxy(env, problems)
+  const orders = checkOrders(raw, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -120,7 +126,9 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     rateLimits,
     cacheRedisMaxBytes: raw.CACHE_REDIS_MAX_BYTES,
     egressProxy,
-    rateLimitHeaders: raw.RATE_LIMIT_HEADERS
+    rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
+    stateDir: orders.stateDir,
+    policy: orders.policy
   })
 }
 

@@ -19,6 +19,17 @@ export interface Rule {
   readonly limits: readonly Limit[]
   /** `cache=` and `stale=`: a GET answer of this rule may be reused (src/cache/); absent: never cached. */
   readonly cache?: CacheOption
+  /** `idempotency=`, `key=body:FIELD`, `require-key`: one send per key (src/idempotency/); absent: none. */
+  readonly idempotency?: IdempotencyOption
+}
+
+/** How long a key holds its request's answer, where the key comes from, and whether one is required. */
+export interface IdempotencyOption {
+  readonly lifetimeMs: number
+  /** `key=body:FIELD`: a dotted path into a JSON body, used when the caller sends no Idempotency-Key header. */
+  readonly bodyField?: string
+  /** `require-key`: a request with no key gets 400. */
+  readonly requireKey: boolean
 }
 
 /** How long a rule's answers may be reused (`cache=`), and served stale beyond that when TI cannot be asked (`stale=`). */
@@ -29,6 +40,9 @@ export interface CacheOption {
 
 /** The longest `cache=` or `stale=`: a week. */
 export const MAX_CACHE_MS = 7 * 24 * 60 * 60_000
+/** The shortest and longest `idempotency=`: a second, a week. */
+export const MIN_IDEMPOTENCY_MS = 1000
+export const MAX_IDEMPOTENCY_MS = 7 * 24 * 60 * 60_000
 
 export const MIN_WINDOW_MS = 1
 export const MAX_WINDOW_MS = 24 * 60 * 60_000
@@ -37,6 +51,11 @@ const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_00
 const METHOD = /^(?:\*|[A-Z][A-Z0-9_-]*)$/
 const LIMIT = /^(\d+)\/(\d*)(ms|s|m|h|d)$/
 const OPTION = /^(cache|stale)=(.*)$/
+const IDEMPOTENCY_OPTION = /^(?:(idempotency|key)=(.*)|(require-key))$/
+// A JSON field path: names of letters, digits, `_` and `-`, joined by dots (`order.poNumber`).
+const BODY_FIELD = /^body:([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)$/
+/** Methods an idempotency key applies to: those that change something (RFC 9110 §9.2.2: POST and PATCH are not idempotent). */
+const KEYED_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE'])
 const DURATION = /^(\d+)(ms|s|m|h|d)$/
 
 /** How a problem names the text it is about: quoted, or (from a file) not at all. */
@@ -57,7 +76,7 @@ export function parseLimit (text: string, show: Show = QUOTED): Limit | string {
 }
 
 /** Why a PATH pattern is not valid, or its segments. */
-function parsePattern (path: string, show: Show): readonly string[] | string {
+export function parsePattern (path: string, show: Show = QUOTED): readonly string[] | string {
   if (!path.startsWith('/')) return `path${show(path)} must start with /`
   if (path.includes('?') || path.includes('#')) return `path${show(path)} must not contain ? or #`
   // Normalised exactly as request paths are (matchSegments), so a rule written with %7E,
@@ -91,6 +110,42 @@ function parseCacheOptions (method: string, options: ReadonlyArray<{ name: strin
   return Object.freeze({ freshMs: ms.cache ?? 0, staleMs: ms.stale ?? 0 })
 }
 
+/** Why `idempotency=`, `key=` and `require-key` are not valid for a rule of this method, or what they say (undefined: none given). */
+function parseIdempotencyOptions (method: string, words: readonly string[], show: Show): IdempotencyOption | undefined | string[] {
+  if (words.length === 0) return undefined
+  const problems: string[] = []
+  let lifetimeMs: number | undefined
+  let bodyField: string | undefined
+  let requireKey = false
+  const seen = new Set<string>()
+  for (const word of words) {
+    const match = IDEMPOTENCY_OPTION.exec(word)
+    const name = match?.[1] ?? 'require-key'
+    const value = match?.[2] ?? ''
+    if (seen.has(name)) {
+      problems.push(`repeats ${name}${name === 'require-key' ? '' : '='}`)
+      continue
+    }
+    seen.add(name)
+    if (name === 'require-key') {
+      requireKey = true
+    } else if (name === 'key') {
+      const field = BODY_FIELD.exec(value)?.[1]
+      if (field === undefined) problems.push(`key=${show(value).trim()} must be body:FIELD (a JSON body field, e.g. key=body:poNumber)`)
+      else bodyField = field
+    } else {
+      const duration = DURATION.exec(value)
+      const amount = duration === null ? NaN : Number(duration[1]) * (UNIT_MS[duration[2] ?? ''] ?? 0)
+      if (!(amount >= MIN_IDEMPOTENCY_MS) || amount > MAX_IDEMPOTENCY_MS) problems.push(`idempotency=${show(value).trim()} must be a duration from 1s to 7d (e.g. 24h)`)
+      else lifetimeMs = amount
+    }
+  }
+  if (!seen.has('idempotency') && problems.length === 0) problems.push('key= and require-key need idempotency= (how long a key holds its answer)')
+  if (!KEYED_METHODS.has(method)) problems.push('idempotency= applies to requests that change something: the rule\'s method must be POST, PATCH, PUT or DELETE')
+  if (problems.length > 0 || lifetimeMs === undefined) return problems
+  return Object.freeze({ lifetimeMs, requireKey, ...(bodyField === undefined ? {} : { bodyField }) })
+}
+
 export interface ParsedRules {
   rules: Rule[]
   problems: string[]
@@ -118,7 +173,7 @@ export function parseRules (text: string, source: string, { fromFile = false } =
     if (words.length === 0) continue
     n += 1
     const [method = '', path = '', ...rest] = words
-    const limitTexts = rest.filter((w) => !OPTION.test(w))
+    const limitTexts = rest.filter((w) => !OPTION.test(w) && !IDEMPOTENCY_OPTION.test(w))
     const options = rest.flatMap((w) => {
       const m = OPTION.exec(w)
       return m === null ? [] : [{ name: m[1] ?? '', value: m[2] ?? '' }]
@@ -130,7 +185,10 @@ export function parseRules (text: string, source: string, { fromFile = false } =
     const where = !fromFile
       ? `${source}: rule ${n} "${words.join(' ')}"`
       : `${source}: line ${line}${own.length === 0 ? ` (${method} ${path})` : ''}`
-    if (limitTexts.length === 0) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...] [cache=DURATION [stale=DURATION]])')
+    const idempotency = parseIdempotencyOptions(method, rest.filter((w) => IDEMPOTENCY_OPTION.test(w)), fromFile ? () => '' : QUOTED)
+    if (Array.isArray(idempotency)) own.push(...idempotency)
+    // A rule may carry idempotency= alone: a key per order without a budget.
+    if (limitTexts.length === 0 && idempotency === undefined) own.push('needs at least one limit (METHOD PATH N/WINDOW [N/WINDOW ...] [cache=DURATION [stale=DURATION]])')
     const limits: Limit[] = []
     for (const [k, limitText] of limitTexts.entries()) {
       const limit = parseLimit(limitText, fromFile ? () => ` ${k + 1}` : QUOTED)
@@ -154,7 +212,8 @@ export function parseRules (text: string, source: string, { fromFile = false } =
     }
     seen.add(id)
     const cached = Array.isArray(cache) || cache === undefined ? {} : { cache }
-    rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits), ...cached }))
+    const keyed = Array.isArray(idempotency) || idempotency === undefined ? {} : { idempotency }
+    rules.push(Object.freeze({ id, method, segments: Object.freeze(segments), limits: Object.freeze(limits), ...cached, ...keyed }))
   }
   return { rules, problems }
 }

@@ -113,6 +113,9 @@ export const schema = {
     MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
+    STATE_DIR: { type: 'string' },
+    ALLOWED_ROUTES: { type: 'string' },
+    TEST_ORDERS: { type: 'boolean', default: false },
     LOG_FORMAT: logFormat,
     LOG_LEVEL: logLevel
   }

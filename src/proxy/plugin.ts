@@ -20,6 +20,7 @@ import { cachedRequest } from '../cache/cached-request.js'
 import { requestCacheable, type StatusParams } from '../cache/policy.js'
 import type { CacheResult, ReadCache } from '../cache/read-cache.js'
 import type { Token, TokenManager } from '../token/token-manager.js'
+import type { IdempotencyStage } from '../idempotency/stage.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
@@ -81,6 +82,8 @@ export interface ProxyOptions {
   quota: QuotaGuard
   /** Reuses TI's answers to GETs of rules with cache= (src/cache/); absent when no rule has it. */
   cache?: ReadCache
+  /** One send per key on rules with idempotency= (src/idempotency/); absent when no rule has it. */
+  idempotency?: IdempotencyStage
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on every answer of a budgeted rule (src/quota/rate-limit-fields.ts). */
   rateLimitHeaders?: boolean
 }
@@ -119,7 +122,7 @@ export function observeExchange (
 }
 
 async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void> {
-  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache } = options
+  const { upstreamUrl, tokens, metrics, upstream, accessLog, maxBodyBytes, quota, cache, idempotency } = options
   // RateLimit fields: on admission, a stored answer and a local refusal (src/quota/rate-limit-fields.ts).
   const fields = options.rateLimitHeaders === true ? createRateLimitFields((rule) => quota.budget(rule)) : undefined
   let replayBytes = 0
@@ -138,6 +141,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   // Stryker disable next-line StringLiteral: equivalent: undefined reads as false, like the default
   app.decorateRequest('replayed', false)
   app.decorateRequest('fill', null)
+  app.decorateRequest('claim', null)
   app.setErrorHandler(errorHandler)
   app.setNotFoundHandler((request, reply) => {
     sendError(reply, new MethodNotAllowedError(request.method), metrics)
@@ -231,6 +235,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     // (A cache fill's replay goes on for those who wait for it: its first send already went.)
     if (request.exchange.gone && !(request.fill !== null && request.replayed)) {
       request.fill?.flight.settle(undefined)
+      return
+    }
+    // idempotency: an idempotent route's key is taken before anything is spent, or the request answered here.
+    const keyed = request.claim === null ? idempotency?.ruleFor(request.method, request.raw.url ?? '/') : undefined
+    if (keyed !== undefined) {
+      void idempotency?.decide(request, reply, keyed).then((go) => { if (go) send(request, reply) })
       return
     }
     if (!quota.active) {
@@ -346,6 +356,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     const newest = tokens.current()
     if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
+    idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
       request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
@@ -362,14 +373,21 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
       holdBack: (statusCode) => shouldReplay(request, statusCode) || quota.holdsBack(statusCode) ||
-        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)),
-      outlivesCaller: fill !== null,
+        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)) || (idempotency?.holds(request.claim) ?? false),
+      outlivesCaller: fill !== null || idempotency?.keyed(request.claim) === true,
       heldBack: (answer) => {
-        if (answer.statusCode === 401) {
+        // idempotency: a keyed request's second 401 is its answer (the replay is the one resend).
+        if (answer.statusCode === 401 && !(request.replayed && request.claim !== null)) {
+          idempotency?.rejected(request.claim)
           replay(request, reply, answer)
           return
         }
         quota.heldBack(rule, answer)
+        // idempotency: TI's answer is kept for the key's retries before the caller gets it.
+        if (idempotency?.keyed(request.claim) === true) {
+          void idempotency?.answered(request.claim, answer).then(() => { if (!callerGone(request)) { reply.hijack(); sendHeld(reply.raw, answer) } })
+          return
+        }
         if (fill !== null && cache !== undefined && fillHeld(cache, fill, answer, serverFor(request, reply))) return
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
@@ -377,8 +395,9 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         sendHeld(reply.raw, answer)
       },
       // Nothing of the request reached the upstream: its budget point goes back.
-      unsent: () => { quota.refund(ticket) },
+      unsent: () => { quota.refund(ticket); idempotency?.unsent(request.claim) },
       failed: (err) => {
+        idempotency?.failed(request.claim)
         if (fill !== null && cache !== undefined && fillFailed(cache, fill, serverFor(request, reply), { error: upstreamError(err) })) return
         if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
@@ -395,7 +414,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
         fill.flight.settle(undefined)
         cache?.missed(fill.rule.id)
       },
-      truncated: () => { request.exchange.truncated = true }
+      truncated: () => { request.exchange.truncated = true; idempotency?.failed(request.claim) }
     })
   }
 
