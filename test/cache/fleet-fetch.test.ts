@@ -226,3 +226,17 @@ t.test('failure records: TI\'s answer and the sidecar\'s errors cross Redis as a
   }
   t.ok(FAILURE_SHOWN_MS >= 10 * FLEET_POLL_MS, 'a failure stays long enough for every waiter to look')
 })
+
+t.test('a value in Redis the request cannot use is no newer entry: it claims past it, and once another\'s claim is gone looks again', async (t) => {
+  const a = setup()
+  t.same(await a.fleet.turn(key, {}, undefined, a.caller, true), { kind: 'fetch' })
+  t.same(a.redis.calls, ['claim k -2'], 'it claims telling Redis to ignore what is stored')
+  const b = setup()
+  b.redis.claimsSay.push({ kind: 'held' })
+  b.redis.looksSay.push({ stored: false, held: 'none' })
+  const newer = entry(1)
+  b.store(newer)
+  const turn = b.fleet.turn(key, {}, undefined, b.caller, true)
+  await b.clock.tick(FLEET_POLL_MS)
+  t.same(await turn, { kind: 'entry', entry: newer }, 'the claimant\'s entry, read once its claim went')
+})

@@ -50,7 +50,7 @@ t.test('a failure another sidecar\'s fetch left: a caller arriving meanwhile get
 })
 
 t.test('case 6: the fleet\'s refresh of a stale entry fails: the stale answer stands in on every sidecar, after one call to TI', async (t) => {
-  const { ti, sidecars } = await fleet(t, 3, 'GET /v2/store/** 5/1h cache=1s stale=1h')
+  const { ti, sidecars } = await fleet(t, 3, 'GET /v2/store/** 5/1h cache=2s stale=1h')
   ti.answer(() => ({ status: 200, body: 'first' }))
   for (const s of sidecars) t.equal((await s.get(PATH, ASKS)).body, 'first')
   for (const s of sidecars) {
