@@ -27,6 +27,11 @@ t.test('TI cuts its answer mid-body: every retry gets 409 ORDER_OUTCOME_UNKNOWN,
   t.equal(ti.orders.length, 1, 'TI received the order once')
   t.equal(await metricValue(sidecar.adminUrl, 'store_auth_proxy_idempotency_outcomes_unknown_total', { rule: `POST ${ORDERS}` }), 1)
   t.equal(await metricValue(sidecar.adminUrl, 'store_auth_proxy_idempotency_keys_unknown'), 1)
+  const status = await (await fetch(`${sidecar.adminUrl}/status`)).text()
+  t.match(JSON.parse(status).idempotency, {
+    backend: 'memory', rules: [{ rule: `POST ${ORDERS}`, lifetimeMs: 86_400_000, key: 'header', required: true }], keys: { pending: 0, done: 0, unknown: 1 }
+  }, '/status: counts')
+  t.notMatch(status, 'order-1', 'never a key')
 })
 
 t.test('TI times out: 504, then 409 ORDER_OUTCOME_UNKNOWN for every retry', async (t) => {
