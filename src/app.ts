@@ -20,6 +20,10 @@ import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import { exportBudgets } from './quota/rate-limit-fields.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
+import { createLedger } from './quota/ledger.js'
+import { createLedgerWriter, readLedgerFile, restoreLedger } from './quota/ledger-file.js'
+import { newMemberId } from './quota/store.js'
+import type { Limit } from './config/rate-limit-rules.js'
 import type { ReadCache } from './cache/read-cache.js'
 import type { SharedCache } from './cache/redis-cache.js'
 import { rereadRedisUrl } from './config/rate-limits.js'
@@ -221,6 +225,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
   // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
   let fleet: ((onCooldown: (scope: string) => void) => FleetStore) | undefined
   let shared: SharedCache | undefined
+  const durable = config.stateDir === undefined || rateLimits.rules.length === 0 ? undefined : keptLedger(config.stateDir, config, clock, log.child({ component: 'quota' }))
   if (rateLimits.redisUrl !== undefined) {
     const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
       import('./quota/redis-backend.js'), import('./quota/fleet-store.js')])
@@ -240,6 +245,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
       shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
     }
     fleet = (onCooldown) => createFleetStore({
+      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
       redis,
       clock,
       log: log.child({ component: 'quota' }),
@@ -256,7 +262,8 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     clock,
     log: log.child({ component: 'quota' }),
     metrics,
-    ...(fleet === undefined ? {} : { fleet })
+    ...(fleet === undefined ? {} : { fleet }),
+    ...(durable === undefined ? {} : { durable })
   })
   exportBudgets(metrics, rateLimits.rules, (rule) => quota.budget(rule))
   if (!caching) return { quota }
@@ -272,6 +279,24 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
     ...(shared === undefined ? {} : { shared })
   })
   return { quota, cache }
+}
+
+/** The quota ledger kept in STATE_DIR: an earlier run's sends restored, a writer for this run's. */
+function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
+  const { rules, redisUrl, fleetSize } = config.rateLimits
+  const loaded = readLedgerFile(dir)
+  const ledger = createLedger(clock)
+  // A corrupt file: as spent as this sidecar could spend alone (embedded: the whole budget).
+  const capacity = (limit: Limit): number => redisUrl === undefined ? limit.count : fleetSize === 0 ? 0 : Math.floor(limit.count / fleetSize)
+  const restored = restoreLedger(ledger, loaded, rules, clock, capacity)
+  if (loaded.state === 'corrupt') {
+    log.warn({ reason: loaded.reason, held: restored }, 'rate-limit ledger in STATE_DIR unusable: every budget held as spent for one window')
+  } else {
+    log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
+  }
+  const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
+  const writer = createLedgerWriter(dir, member, ledger, clock)
+  return { ledger, member, save: writer.save }
 }
 
 interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage }

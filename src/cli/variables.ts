@@ -47,7 +47,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   MAX_CONNECTIONS: 'connections open on the proxy port; more get 503 and are closed; 0: no bound',
   ACCESS_LOG: 'one log line per proxied request',
   STATUS_ENDPOINT: 'serve the admin /status; false: 404',
-  STATE_DIR: 'a directory for durable state (idempotency keys outlive a restart); empty: none',
+  STATE_DIR: 'a directory for durable state that outlives a restart (an emptyDir): idempotency keys, the quota ledger; empty: none',
   ALLOWED_ROUTES: 'route policy: only these "METHOD PATH" entries go upstream, others get 403',
   TEST_ORDERS: 'send POST /v2/store/orders to TI\'s /v2/store/orders/test (staging)',
   LOG_FORMAT: 'json for collectors, pretty for a person; auto: pretty when stdout is a terminal',

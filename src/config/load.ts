@@ -57,7 +57,7 @@ export interface Config {
   readonly cacheRedisMaxBytes: number
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly rateLimitHeaders: boolean
-  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/); undefined: none. */
+  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/, the quota ledger under quota/); undefined: none. */
   readonly stateDir: string | undefined
   /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
   readonly policy: RoutePolicy

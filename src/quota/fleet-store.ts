@@ -19,7 +19,7 @@
 import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
-import { createLedger, type OpenSend } from './ledger.js'
+import { createLedger, type Ledger, type OpenSend } from './ledger.js'
 import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
@@ -67,15 +67,20 @@ export interface FleetStoreOptions {
   timing?: Partial<FleetTiming>
   /** A cool-down met in Redis, or lengthened by it, is held here: the guard updates its gauge. */
   onCooldown: (scope: string) => void
+  /** The ledger, when kept in STATE_DIR: with an earlier run's sends restored (ledger-file.ts). */
+  ledger?: Ledger
+  /** The earlier run's member id, kept in STATE_DIR: Redis sees the same sidecar come back. */
+  memberId?: string
 }
 
 export function createFleetStore (options: FleetStoreOptions) {
   const { redis, clock, log, metrics, rules, redisTimeoutMs, fleetFloor, onCooldown } = options
   const timing: FleetTiming = { ...DEFAULT_FLEET_TIMING, ...options.timing }
-  const ledger = createLedger(clock)
+  const ledger = options.ledger ?? createLedger(clock)
   const cooldowns: Cooldowns = createCooldowns(clock)
-  const member: Member = { id: newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
-  const nextId = createSendIds(member.id)
+  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
+  // A member id kept from an earlier run names the sidecar; this run's sends get ids of their own.
+  const nextId = createSendIds(options.memberId === undefined ? member.id : newMemberId())
   /** When this process started: an earlier run of this sidecar may have spent until then. */
   const bornAt = clock.now()
   /** Scopes whose cool-downs every heartbeat reads from Redis. */

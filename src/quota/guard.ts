@@ -10,8 +10,9 @@ import { isRateLimitFault } from './apigee-fault.js'
 import type { FleetStatus, FleetStore } from './fleet-store.js'
 import { retryAfterMs, retryAfterSeconds } from './retry-after.js'
 import { matchRule, type Limit, type Rule } from '../config/rate-limit-rules.js'
+import { persistingStore } from './ledger-file.js'
 import { createCooldowns, createLocalStore, UPSTREAM_SCOPE, type Cooldowns, type Store, type Take } from './store.js'
-import { createLedger } from './ledger.js'
+import { createLedger, type Ledger } from './ledger.js'
 import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 
 export { UPSTREAM_SCOPE }
@@ -67,6 +68,8 @@ export interface GuardOptions {
   metrics: Metrics
   /** The fleet's store, when RATE_LIMIT_REDIS_URL is set (app.ts loads it with a dynamic import). */
   fleet?: (onCooldown: (scope: string) => void) => FleetStore
+  /** The ledger kept in STATE_DIR (the fleet store is given the same one), and how it is written before a send goes out. */
+  durable?: { ledger: Ledger, save: () => Promise<void> }
 }
 
 /** More sidecars present in Redis than RATE_LIMIT_FLEET_SIZE declares (none declared: never). */
@@ -83,14 +86,15 @@ function sharingNote (s: FleetStatus, url: string): string | undefined {
   return `rate limits not shared: redis ${url} ${why}; ${alone}`
 }
 
-export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFleet }: GuardOptions) {
+export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFleet, durable }: GuardOptions) {
   const { rules, maxWaitMs, cooldownMs, cooldownMaxMs } = config
   /** Whether anything can ever stop a request: otherwise admit() is a constant. */
   const active = rules.length > 0 || cooldownMs > 0
   const fleet = createFleet?.((scope) => { note(scope) })
   const cooldowns: Cooldowns = fleet?.cooldowns ?? createCooldowns(clock)
-  const ledger = createLedger(clock)
-  const store: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
+  const ledger = durable?.ledger ?? createLedger(clock)
+  const base: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
+  const store: Store = durable === undefined ? base : persistingStore(base, durable.save, log)
 
   // The cool-down gauge of each scope, reset when its cool-down ends.
   const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()

@@ -38,6 +38,8 @@ export interface Ledger {
   used: (scope: string, limit: Limit) => number
   /** Every send still inside a window, oldest first per limit. */
   open: () => OpenSend[]
+  /** Puts back a send an earlier run made (ledger-file.ts), admitted at monotonic `at`, in order. */
+  restore: (scope: string, limit: Limit, id: string, at: number) => void
 }
 
 const FULL = (limit: Limit): number => limit.count
@@ -103,9 +105,18 @@ export function createLedger (clock: Clock): Ledger {
     return out
   }
 
+  function restore (scope: string, limit: Limit, id: string, at: number): void {
+    const key = keyOf(scope, limit)
+    const sends = logs.get(key)?.sends ?? []
+    sends.push({ id, at })
+    sends.sort((a, b) => a.at - b.at)
+    logs.set(key, { scope, limit, sends })
+  }
+
   return {
     wait,
     record,
+    restore,
     refund,
     used: (scope, limit) => live(scope, limit, clock.now()).length,
     open

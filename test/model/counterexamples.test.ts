@@ -8,8 +8,8 @@ import { runSchedule } from './run.js'
 import type { Caller, Command } from './schedule.js'
 
 t.setTimeout(120_000)
-// Each schedule mostly waits (windows, timeouts) on a fleet, a redis-server and ports of its own.
-t.jobs = 5
+// Each schedule mostly waits (windows, timeouts) on a fleet, a redis-server and ports of its own: three at a time.
+t.jobs = 3
 
 async function holds (t: Test, caseId: string, size: number, schedule: Command[]): Promise<void> {
   const report = await runSchedule(size, schedule, 'cx', { gate: new Set() })
@@ -24,33 +24,32 @@ const together = (n: number, s: (i: number) => number): Caller[] => Array.from({
 t.test('case-1: a cold fleet of three asks for the catalog at once; none is told the budget is spent', async (t) => {
   // Shrunk from the model: three callers, one per sidecar, at the same moment; two sidecars
   // fetch (both misses raced the marker) and spend the catalog's 2 points, the third meets
-  // the spent budget while both fetches are at TI.
-  await holds(t, 'case-1', 3, [{ op: 'burst', path: 'p1', callers: together(3, (i) => i) }])
+  // the spent budget while both fetches are at TI. Three per sidecar: the race is met on a busy machine too.
+  await holds(t, 'case-1', 3, [{ op: 'burst', path: 'p1', callers: together(9, (i) => i % 3) }])
 })
 
 t.test('case-2: entries written to an evicting Redis push out the catalog\'s tally', async (t) => {
   // volatile-lru (the managed offerings' default): the sliding log is the least recently
-  // touched key; the next miss spends a point Redis forgot; 3 at TI under 2/4s.
+  // touched key; the next misses spend points Redis forgot; 3 at TI under 2/4s.
   await holds(t, 'case-2', 2, [
     { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },
     { op: 'evict', policy: 'volatile-lru' },
     { op: 'burst', path: 'p2', callers: [{ s: 1, delayMs: 0 }] },
-    { op: 'wait', ms: 2200 },
-    { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }, { s: 1, delayMs: 0 }] }
+    { op: 'burst', path: 'p3', callers: [{ s: 0, delayMs: 0 }] }
   ])
 })
 
 t.test('case-3: a sidecar cut off spends its share, is restarted, and the share is spent twice', async (t) => {
-  // Orders 3/3s, fleet of 3 (share 1): A, cut off, waits out a window and sends its one; A
-  // restarts before Redis hears of it; healed, the fleet sends 3 more: 4 within 3 s.
+  // Orders 3/4s, fleet of 3 (share 1): A, cut off, waits out a window and sends its one; A
+  // restarts before Redis hears of it; healed, B and C send 3 more: 4 within 4 s.
   await holds(t, 'case-3', 3, [
     { op: 'partition', s: 0, how: 'cut' },
-    { op: 'wait', ms: 4000 },
+    { op: 'wait', ms: 5000 },
     { op: 'burst', path: 'orders', callers: together(2, () => 0) },
     { op: 'restart', s: 0 },
     { op: 'heal' },
     { op: 'settle' },
-    { op: 'burst', path: 'orders', callers: together(6, (i) => i % 3) }
+    { op: 'burst', path: 'orders', callers: together(4, (i) => 1 + (i % 2)) }
   ])
 })
 
@@ -68,5 +67,25 @@ t.test('case-5: TI hangs; six waiters of one fetch each get a status line in tim
   await holds(t, 'case-5', 2, [
     { op: 'tiSlow', ms: 1500 },
     { op: 'burst', path: 'item', callers: together(6, () => 0) }
+  ])
+})
+
+t.test('case-6: three sidecars find one stale product; one refresh reaches TI', async (t) => {
+  // A product (10/2s, cache=1s stale=3s) stored through A; stale a second later; a caller on
+  // each sidecar at once: each refreshes it, spending a point each.
+  await holds(t, 'case-6', 3, [
+    { op: 'burst', path: 'item', callers: [{ s: 0, delayMs: 0 }] },
+    { op: 'wait', ms: 1200 },
+    { op: 'burst', path: 'item', callers: together(3, (i) => i) }
+  ])
+})
+
+t.test('case-7: an entry in another layout (a rolling update) is a miss, not a 500', async (t) => {
+  // A stores the catalog in Redis; the entry is rewritten as another version would write it;
+  // B, which has no copy of its own, reads it.
+  await holds(t, 'case-7', 2, [
+    { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },
+    { op: 'foreign' },
+    { op: 'burst', path: 'p1', callers: [{ s: 1, delayMs: 0 }] }
   ])
 })

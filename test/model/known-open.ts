@@ -5,7 +5,9 @@
 export const KNOWN_OPEN = new Set<string>([
   'case-1', // a cold fleet's misses meet the spent budget while the fleet fetches
   'case-2', // cached answers evict the budgets
-  'case-3' // a restart or replacement forgets what was spent
+  'case-3', // a restart or replacement forgets what was spent
+  'case-6', // stale refreshes not coalesced across the fleet
+  'case-7' // an entry of another layout fails its callers with a 500
   // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
   // waiters) hold since c7cb9df.
 ])
@@ -16,5 +18,7 @@ export const CASES: Record<string, string> = {
   'case-2': 'over the budget at TI with Redis evicting under maxmemory',
   'case-3': 'over the budget at TI after a sidecar restart or replacement',
   'case-4': 'a fresh or in-stale= answer refused while the token had lapsed',
-  'case-5': 'no status line within the deadline while a fetch of the key failed or hung'
+  'case-5': 'no status line within the deadline while a fetch of the key failed or hung',
+  'case-6': 'two sidecars refreshed one stale key at TI at once',
+  'case-7': 'a 500 after an entry was rewritten in another layout'
 }

@@ -9,6 +9,9 @@
 //   fetch-refusal no caller of a cached key gets a budget refusal (the sidecar's own 429 that
 //                 is not a cool-down) while a fetch of that key is in flight at TI, the
 //                 caller's sidecar reaching Redis in time;
+//   own-500       no caller gets a 500 (TI never answers one: it is the sidecar's own failure);
+//   refresh       two refreshes of one stale key are never at TI at once, Redis reachable
+//                 (stale refreshes coalesce across the fleet, as misses do);
 //   served        a sidecar that served an answer of a key serves that key (200) while the
 //                 answer is fresh or within stale=, whatever the token, the budget, TI or
 //                 Redis are doing.
@@ -29,7 +32,7 @@ const ARRIVAL_MS = TIMEOUTS.UPSTREAM_QUEUE_TIMEOUT_MS + 100
 /** An answer is held to be served only this far inside its stale= end (clocks read at slightly different moments, Age in whole seconds). */
 const SERVED_MARGIN_MS = 1200
 
-export type Check = 'never-over' | 'deadline' | 'hit' | 'fetch-refusal' | 'served'
+export type Check = 'never-over' | 'deadline' | 'hit' | 'fetch-refusal' | 'own-500' | 'refresh' | 'served'
 export interface Violation { check: Check, case: string | undefined, message: string }
 
 export interface RunReport {
@@ -64,7 +67,7 @@ function busiest (times: number[], spanMs: number): { count: number, from: numbe
   return best
 }
 
-interface Interval { kind: FaultKind | 'oauthDown' | 'tiFailing', s?: number, from: number, to: number }
+interface Interval { kind: FaultKind | 'oauthDown', s?: number, from: number, to: number }
 interface Copy { fetch: string, producedAt: number, generation: number }
 
 export async function runSchedule (size: number, schedule: Command[], runId = 'run', { gate = KNOWN_OPEN } = {}): Promise<RunReport> {
@@ -99,6 +102,9 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
   let seq = 0
   const copies: Array<Map<PathKind, Copy>> = Array.from({ length: size }, () => new Map())
   const seenGated = new Set<string>()
+  /** Every caller's result by its id (TI's records name it), and through which sidecar. */
+  const answered = new Map<string, { s: number, r: CallResult }>()
+  const judgedRefreshes = new Set<string>()
 
   const violate = (v: Violation): void => {
     if (v.case !== undefined && gate.has(v.case)) {
@@ -215,6 +221,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
         }
       }
     }
+    // own-500
+    if (r.status === 500) violate({ check: 'own-500', case: during(-Infinity, r.doneAt, (i) => i.kind === 'foreign') ? 'case-7' : undefined, message: what })
     // served
     const lifeMs = (ruleModel(path).cache?.freshMs ?? 0) + (ruleModel(path).cache?.staleMs ?? 0)
     if (expected !== undefined && c.leaveAfterMs === undefined && r.doneAt < expected.producedAt + lifeMs - SERVED_MARGIN_MS) {
@@ -251,6 +259,26 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       report.calls += 1
       log(`call ${one.s} ${c.path}${one.k.leaveAfterMs === undefined ? '' : ` (leaves after ${one.k.leaveAfterMs} ms)`}: ${describe(one.r)}`)
       checkCall(one.s, c.path, one.k, one.r, one.expected)
+      answered.set(one.r.id, { s: one.s, r: one.r })
+    }
+    if (cached(c.path)) checkRefreshes(c.path)
+  }
+
+  /** Refreshes (`fwd=stale`) of `path` at TI: two at once from sidecars reaching Redis is a refresh the fleet did not coalesce. */
+  const checkRefreshes = (path: PathKind): void => {
+    const refreshes = fetchesOf(path).filter((a) => /fwd=stale/.test(String(answered.get(a.id)?.r.headers['cache-status'] ?? '')))
+    for (const [i, a] of refreshes.entries()) {
+      for (const b of refreshes.slice(i + 1)) {
+        const sa = answered.get(a.id)?.s
+        const sb = answered.get(b.id)?.s
+        if (sa === sb || a.at > (b.endAt ?? Infinity) || b.at > (a.endAt ?? Infinity)) continue
+        const from = Math.min(a.at, b.at) - ruleModel(path).windowMs
+        if (during(from, Math.max(a.at, b.at), (f) => redisFault(f, sa) || redisFault(f, sb) || f.kind === 'restart' || f.kind === 'replace')) continue
+        const key = `${a.id}+${b.id}`
+        if (judgedRefreshes.has(key)) continue
+        judgedRefreshes.add(key)
+        violate({ check: 'refresh', case: 'case-6', message: `${a.id} (sidecar ${String(sa)}) and ${b.id} (sidecar ${String(sb)}) both refreshed ${TARGETS[path]} at TI at once (${rel(a.at)}, ${rel(b.at)})` })
+      }
     }
   }
 
@@ -270,6 +298,28 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
     const evicted = /evicted_keys:(\d+)/.exec(await fleet.admin.info('stats'))?.[1]
     log(`evicting (${policy}, maxmemory ${used + 64 * 1024}): ${evicted ?? '?'} keys evicted so far`)
   }
+  /** Rewrites every cache entry in Redis in another layout: `headers` named `fields`, `initialAgeMs` named `ageMs`; status, lifetimes and body kept. */
+  const foreign = async (): Promise<number> => {
+    // A fetch's answer reaches Redis a moment after its caller: wait for it (1 s at most).
+    let keys: string[] = []
+    for (const by = performance.now() + 1000; keys.length === 0 && performance.now() < by; await sleep(20)) {
+      keys = (await fleet.admin.keys('*cache:*')).filter((k) => !k.includes('cache-fill:'))
+    }
+    let rewritten = 0
+    for (const key of keys) {
+      const value = await fleet.admin.getBuffer(key)
+      if (value === null || value.length < 4) continue
+      const length = value.readUInt32BE(0)
+      const { headers, initialAgeMs, ...rest } = JSON.parse(value.subarray(4, 4 + length).toString()) as Record<string, unknown>
+      const json = Buffer.from(JSON.stringify({ ...rest, fields: headers, ageMs: initialAgeMs, layout: 2 }))
+      const head = Buffer.alloc(4)
+      head.writeUInt32BE(json.length)
+      await fleet.admin.set(key, Buffer.concat([head, json, value.subarray(4 + length)]), 'KEEPTTL')
+      rewritten += 1
+    }
+    return rewritten
+  }
+
   const heal = async (): Promise<void> => {
     if (frozen) { fleet.redis.thaw(); frozen = false }
     await Promise.all(sleeps.splice(0))
@@ -280,7 +330,7 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
     close(() => true)
   }
 
-  /** Until every sidecar answers through Redis with the whole fleet present (3 s at most), then the young epoch's grace. */
+  /** Until every sidecar answers through Redis with the whole fleet present (3 s at most). */
   const settle = async (): Promise<void> => {
     const by = performance.now() + 3000
     for (;;) {
@@ -289,7 +339,6 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       if (performance.now() > by) { log(`not settled: ${JSON.stringify(views)}`); break }
       await sleep(QUOTA_TIMING.heartbeatMs / 2)
     }
-    await sleep(QUOTA_TIMING.freshGraceMs)
   }
 
   const step = async (c: Command): Promise<void> => {
@@ -310,6 +359,11 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
         if (frozen) return
         await fleet.admin.flushall()
         point('flush')
+        return
+      case 'foreign':
+        if (frozen) return
+        point('foreign')
+        log(`${await foreign()} entries rewritten`)
         return
       case 'evict': if (!evicting) await evict(c.policy); return
       case 'partition': {
@@ -345,6 +399,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
 
   // Every sidecar holds a token and shares the budgets through Redis before the first step.
   await settle()
+  // A new Redis's epoch is young: its grace passes before the first caller.
+  await sleep(QUOTA_TIMING.freshGraceMs)
   log(`fleet of ${size}: ${RATE_LIMITS}`)
   try {
     for (const c of schedule) {

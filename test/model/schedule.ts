@@ -19,7 +19,7 @@ export interface RuleModel {
 export const RULES = {
   catalog: { rule: 'GET /v2/store/products/catalog', n: 2, windowMs: 4000, cache: { freshMs: 2000, staleMs: 6000 } },
   items: { rule: 'GET /v2/store/products/**', n: 10, windowMs: 2000, cache: { freshMs: 1000, staleMs: 3000 } },
-  orders: { rule: 'GET /v2/store/orders', n: 3, windowMs: 3000 }
+  orders: { rule: 'GET /v2/store/orders', n: 3, windowMs: 4000 }
 } satisfies Record<string, RuleModel>
 export type RuleName = keyof typeof RULES
 export const CATALOG = RULES.catalog
@@ -28,15 +28,16 @@ export const ORDERS = RULES.orders
 export const RATE_LIMITS = Object.values(RULES).map((r: RuleModel) =>
   `${r.rule} ${r.n}/${r.windowMs}ms${r.cache === undefined ? '' : ` cache=${r.cache.freshMs}ms stale=${r.cache.staleMs}ms`}`).join('; ')
 
-/** Two keys of the catalog (one budget), a product, and the uncached rule's path. */
+/** Three keys of the catalog (one budget), a product, and the uncached rule's path. */
 export const TARGETS = {
   p1: '/v2/store/products/catalog?page=1',
   p2: '/v2/store/products/catalog?page=2',
+  p3: '/v2/store/products/catalog?page=3',
   item: '/v2/store/products/42',
   orders: '/v2/store/orders'
 } as const
 export type PathKind = keyof typeof TARGETS
-export const RULE_OF: Record<PathKind, RuleName> = { p1: 'catalog', p2: 'catalog', item: 'items', orders: 'orders' }
+export const RULE_OF: Record<PathKind, RuleName> = { p1: 'catalog', p2: 'catalog', p3: 'catalog', item: 'items', orders: 'orders' }
 export const ruleModel = (path: PathKind): RuleModel => RULES[RULE_OF[path]]
 export const cached = (path: PathKind): boolean => ruleModel(path).cache !== undefined
 /** The path a request target at TI is, or undefined. */
@@ -56,6 +57,8 @@ export type Command =
   | { op: 'slow', ms: number }
   /** FLUSHALL: budgets, epoch, cache entries and fetch markers gone at once. */
   | { op: 'flush' }
+  /** Every cache entry in Redis rewritten in another layout (another version's, mid rolling update), its TTL kept. */
+  | { op: 'foreign' }
   /** `maxmemory` just above what Redis holds, an evicting policy, and other entries written (another cache's): keys evicted until a heal. */
   | { op: 'evict', policy: 'volatile-lru' | 'allkeys-lru' }
   /** Sidecar `s` alone cut off from Redis (refused, or a stall) until a heal. */
@@ -73,10 +76,10 @@ export type Command =
   | { op: 'heal' }
 
 export type FaultKind =
-  | 'freeze' | 'slow' | 'flush' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut'
+  | 'freeze' | 'slow' | 'flush' | 'foreign' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut'
   | 'tokenLapse' | 'tiSlow' | 'ti5xx' | 'ti429' | 'callerLeaves'
 export const FAULT_KINDS: FaultKind[] = [
-  'freeze', 'slow', 'flush', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut',
+  'freeze', 'slow', 'flush', 'foreign', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut',
   'tokenLapse', 'tiSlow', 'ti5xx', 'ti429', 'callerLeaves'
 ]
 
@@ -90,7 +93,7 @@ const callerArb = (size: number, leaving = false): fc.Arbitrary<Caller> => fc.re
 
 const burstArb = (size: number): fc.Arbitrary<Command> => fc.record({
   op: fc.constant('burst' as const),
-  path: fc.constantFrom<PathKind>('p1', 'p1', 'p2', 'item', 'orders'),
+  path: fc.constantFrom<PathKind>('p1', 'p1', 'p2', 'p3', 'item', 'orders'),
   callers: fc.array(fc.oneof({ weight: 6, arbitrary: callerArb(size) }, { weight: 1, arbitrary: callerArb(size, true) }), { minLength: 1, maxLength: 6 })
 })
 
@@ -106,9 +109,9 @@ export function commandsOf (kind: FaultKind, size: number): fc.Arbitrary<Command
   switch (kind) {
     case 'slow': return one(fc.integer({ min: 150, max: 1200 }).map((ms): Command => ({ op: 'slow', ms })))
     case 'evict':
-      // A miss of the other key right after: its fetch needs the budget the eviction may have taken.
-      return fc.tuple(fc.constantFrom('volatile-lru' as const, 'allkeys-lru' as const), callerArb(size))
-        .map(([policy, caller]): Command[] => [{ op: 'evict', policy }, { op: 'burst', path: 'p2', callers: [caller] }])
+      // Misses of other keys right after: their fetches need the budget the eviction may have taken.
+      return fc.tuple(fc.constantFrom('volatile-lru' as const, 'allkeys-lru' as const), callerArb(size), callerArb(size))
+        .map(([policy, a, b]): Command[] => [{ op: 'evict', policy }, { op: 'burst', path: 'p2', callers: [a] }, { op: 'burst', path: 'p3', callers: [b] }])
     case 'partition': return one(fc.record({ op: fc.constant('partition' as const), s: sidecarArb(size), how: fc.constantFrom('cut' as const, 'stall' as const) }))
     case 'restart':
     case 'replace': return one(sidecarArb(size).map((s): Command => ({ op: kind, s })))
@@ -135,6 +138,11 @@ export function commandsOf (kind: FaultKind, size: number): fc.Arbitrary<Command
         path: fc.constantFrom<PathKind>('p1', 'p2', 'item', 'orders'),
         callers: fc.tuple(callerArb(size, true), fc.array(callerArb(size), { maxLength: 3 })).map(([leaving, others]) => [leaving, ...others])
       }))
+    case 'foreign':
+      // Callers through every sidecar right after: one without a copy of its own reads Redis's.
+      return fc.constantFrom<PathKind>('p1', 'item').map((path): Command[] => [
+        { op: 'foreign' }, { op: 'burst', path, callers: Array.from({ length: size }, (_, s) => ({ s, delayMs: 0 })) }
+      ])
     case 'tokenLapse':
       // Callers of the catalog right after: the stored answer must stand in for the token.
       return fc.array(callerArb(size), { minLength: 1, maxLength: 3 }).map((callers): Command[] => [{ op: 'tokenLapse' }, { op: 'burst', path: 'p1', callers }])

@@ -405,6 +405,10 @@ The route policy, test orders and the state directory (docs/idempotency.md): onl
     - name: store-auth-proxy-rate-limits
       mountPath: {{ .Values.rateLimits.mountPath }}
       readOnly: true
+    {{- if .Values.rateLimits.stateDir }}
+    - name: store-auth-proxy-state
+      mountPath: {{ .Values.rateLimits.stateDir }}
+    {{- end }}
     {{- end }}
     {{- if .Values.rateLimits.redis.existingSecret }}
     - name: store-auth-proxy-rate-limit-redis
@@ -441,6 +445,12 @@ The sidecar's volumes, as entries of a pod's `volumes` list.
     items:
       - key: rules
         path: rules
+{{- if .Values.rateLimits.stateDir }}
+# STATE_DIR: outlives a restart of the container, not the pod (docs/quota-guard.md).
+- name: store-auth-proxy-state
+  emptyDir:
+    sizeLimit: 16Mi
+{{- end }}
 {{- end }}
 {{- if .Values.rateLimits.redis.existingSecret }}
 - name: store-auth-proxy-rate-limit-redis
@@ -487,6 +497,10 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 {{- if .Values.rateLimits.rules }}
 - name: RATE_LIMITS_FILE
   value: {{ printf "%s/rules" .Values.rateLimits.mountPath | quote }}
+{{- with .Values.rateLimits.stateDir }}
+- name: STATE_DIR
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- if not (kindIs "invalid" .Values.rateLimits.maxWaitMs) }}
 - name: RATE_LIMIT_MAX_WAIT_MS

@@ -1,0 +1,158 @@
+// The ledger on disk (STATE_DIR): what this sidecar sent survives a restart of its container
+// (the chart's emptyDir outlives it), so a crash-looping sidecar never starts a fresh budget,
+// and one restarted while cut off from Redis tells Redis its earlier sends, under the same
+// member id, before it shares again. One small JSON file, replaced atomically — written to a
+// temporary file, fsync'd, renamed over the old one, the directory fsync'd — and a send goes
+// out only once the file that records it is written (docs/quota-guard.md, "Restarts").
+import { readFileSync } from 'node:fs'
+import { mkdir, open, rename } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import type { Logger } from 'pino'
+import type { Clock } from '../clock.js'
+import type { Limit, Rule } from '../config/rate-limit-rules.js'
+import type { Ledger } from './ledger.js'
+import { newMemberId, type Store, type Take } from './store.js'
+
+/** Under STATE_DIR: each user of the directory keeps to a subdirectory of its own. */
+export const LEDGER_PATH = join('quota', 'ledger.json')
+const FORMAT = 1
+
+/** A send as stored: `at` in wall-clock ms (a monotonic reading means nothing to the next process). */
+export interface StoredSend { scope: string, limit: string, id: string, at: number }
+
+export type LoadedLedger =
+  /** The earlier run's member id and open sends. */
+  | { state: 'loaded', member: string, sends: StoredSend[] }
+  /** No file: the first start with this directory (a new pod, a new emptyDir). */
+  | { state: 'missing' }
+  /** Unreadable, not JSON, or not this format: the earlier run's sends are unknown. */
+  | { state: 'corrupt', reason: string }
+
+const isSend = (s: unknown): s is StoredSend => typeof s === 'object' && s !== null &&
+  typeof (s as StoredSend).scope === 'string' && typeof (s as StoredSend).limit === 'string' &&
+  typeof (s as StoredSend).id === 'string' && Number.isFinite((s as StoredSend).at)
+
+/** Reads the file at start (synchronously: nothing is admitted before it is known). */
+export function readLedgerFile (dir: string): LoadedLedger {
+  let text: string
+  try {
+    text = readFileSync(join(dir, LEDGER_PATH), 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'missing' }
+    return { state: 'corrupt', reason: `unreadable (${(err as NodeJS.ErrnoException).code ?? 'error'})` }
+  }
+  let doc: unknown
+  try {
+    doc = JSON.parse(text)
+  } catch {
+    return { state: 'corrupt', reason: 'not JSON' }
+  }
+  const { version, member, sends } = (doc ?? {}) as { version?: unknown, member?: unknown, sends?: unknown }
+  if (version !== FORMAT || typeof member !== 'string' || !Array.isArray(sends) || !sends.every(isSend)) {
+    return { state: 'corrupt', reason: `not a format ${FORMAT} ledger` }
+  }
+  return { state: 'loaded', member, sends }
+}
+
+/**
+ * Puts what the file says into the ledger, on this process's monotonic clock. A send of a
+ * rule or limit no longer configured is dropped; one dated in the future (a wall clock stepped
+ * back) counts from now. A corrupt file is the worst case: every limit is taken as spent as
+ * far as this sidecar could spend it alone (`capacity`), from now, for its window.
+ */
+export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: readonly Rule[], clock: Clock, capacity: (limit: Limit) => number): number {
+  const now = clock.now()
+  const wall = clock.wallNow()
+  let restored = 0
+  if (loaded.state === 'loaded') {
+    for (const send of loaded.sends) {
+      const limit = rules.find((r) => r.id === send.scope)?.limits.find((l) => l.text === send.limit)
+      if (limit === undefined) continue
+      ledger.restore(send.scope, limit, send.id, now - Math.max(0, wall - send.at))
+      restored++
+    }
+  } else if (loaded.state === 'corrupt') {
+    const prefix = `held-${newMemberId()}`
+    for (const rule of rules) {
+      for (const limit of rule.limits) {
+        for (let k = 0; k < capacity(limit); k++) ledger.restore(rule.id, limit, `${prefix}:${limit.text}:${k}`, now)
+        restored += capacity(limit)
+      }
+    }
+  }
+  return restored
+}
+
+/**
+ * Writes the ledger's open sends, one write at a time: a save asked while one is under way
+ * joins the next, which reads the ledger when it starts, so it holds every send recorded before.
+ */
+export function createLedgerWriter (dir: string, member: string, ledger: Ledger, clock: Clock) {
+  const path = join(dir, LEDGER_PATH)
+  const temporary = `${path}.tmp`
+  // A directory that cannot be made fails the first write, which says why.
+  let writing: Promise<unknown> = mkdir(dirname(path), { recursive: true }).catch(() => {})
+  let next: Promise<void> | undefined
+
+  async function write (): Promise<void> {
+    const wall = clock.wallNow()
+    const sends: StoredSend[] = ledger.open().map((s) => ({ scope: s.scope, limit: s.limit.text, id: s.id, at: wall - s.ageMs }))
+    const file = await open(temporary, 'w', 0o600)
+    try {
+      await file.writeFile(JSON.stringify({ version: FORMAT, member, sends }))
+      await file.sync()
+    } finally {
+      await file.close()
+    }
+    await rename(temporary, path)
+    // The rename itself is durable only once the directory is.
+    const directory = await open(dirname(path), 'r')
+    try {
+      await directory.sync()
+    } finally {
+      await directory.close()
+    }
+  }
+
+  return {
+    save (): Promise<void> {
+      next ??= writing.catch(() => {}).then(async () => {
+        next = undefined
+        writing = write()
+        await writing
+      })
+      return next
+    }
+  }
+}
+
+/**
+ * The store whose admitted sends go out only once the file records them. A write that fails
+ * (a full or read-only disk) is logged, once per change, and the send goes out: the file is
+ * insurance against restarts, and refusing every budgeted call for it would be an outage of
+ * its own (the budget in memory, and Redis's, still hold).
+ */
+export function persistingStore (store: Store, save: () => Promise<void>, log: Logger): Store {
+  let failing: string | undefined
+  async function recorded (take: Take): Promise<Take> {
+    try {
+      await save()
+      if (failing !== undefined) log.info('rate-limit ledger written to STATE_DIR again')
+      failing = undefined
+    } catch (err) {
+      const reason = (err as NodeJS.ErrnoException).code ?? String(err)
+      if (reason !== failing) log.error({ reason }, 'rate-limit ledger cannot be written to STATE_DIR: sends go on, but a restart would forget them')
+      failing = reason
+    }
+    return take
+  }
+  const after = (take: Take): Take | Promise<Take> => take.kind === 'ok' && take.id !== '' ? recorded(take) : take
+  return {
+    take (scope, limits) {
+      const take = store.take(scope, limits)
+      return take instanceof Promise ? take.then(after) : after(take)
+    },
+    refund: (scope, limits, id) => { store.refund(scope, limits, id) },
+    coolDown: (scope, request) => store.coolDown(scope, request)
+  }
+}
