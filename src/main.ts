@@ -24,10 +24,10 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
       return
     }
     case 'check-config': {
-      const [{ describe, loadSidecarConfig }, { plainHttpWarnings }] = await Promise.all([import('./cli/serve.js'), import('./config/warnings.js')])
+      const [{ describe, loadSidecarConfig }, { cachedWaitWarnings, plainHttpWarnings }] = await Promise.all([import('./cli/serve.js'), import('./config/warnings.js')])
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
-      for (const warning of plainHttpWarnings(config)) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
+      for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
       return
     }
     case 'healthcheck': {

@@ -5,6 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { QuotaGuard, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
+import { fillFailed, type Fill, type Serve } from './fill.js'
 import type { Failure } from './flights.js'
 import { asksForFresh, cacheKey, varyMatches, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
@@ -41,19 +42,17 @@ export function cachedRequest (options: CachedRequestOptions) {
     const path = forwardedPath(request)
     const key = cacheKey(upstreamUrl, path, request.headers)
     const fresh = asksForFresh(request.headers)
-    const { entry: found, fleetFilling } = await cache.find(key, request.headers)
+    const { entry: found, unusable = false } = await cache.find(key, request.headers)
     if (callerGone(request)) return
     if (found !== undefined && !fresh && cache.standing(found).fresh) {
       serve(reply, found, request.method, { hit: true }, 'hit')
       return
     }
-    // Another request here fetches it, or (failing that, once) another sidecar of the fleet:
-    // wait for its answer. One that ends with nothing for this request lets it try again.
-    let askFleet = fleetFilling && found === undefined
+    // Another request here fetches it: wait for its answer. One that ends with nothing for this
+    // request lets it try again.
     for (;;) {
-      const other = cache.join(key.id, reply.raw) ?? (askFleet ? cache.awaitFleet(key, request.headers, reply.raw) : undefined)
+      const other = cache.join(key.id, reply.raw)
       if (other === undefined) break
-      askFleet = false
       const outcome = await other
       if (outcome === 'gone' || callerGone(request)) return
       // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
@@ -82,31 +81,58 @@ export function cachedRequest (options: CachedRequestOptions) {
       flight,
       decision: undefined
     }
-    if (!await tokenFor(request, reply, found)) return
+    if (servedWithoutToken(request, reply, request.fill) || !await fleetTurn(request, reply, request.fill, unusable) || !await tokenFor(request, reply, request.fill)) return
     // With a stored answer to stand in, a spent budget is not waited for.
     admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
   }
 
   /**
-   * The token for the fetch this request leads, asked only now that the cache could not answer
-   * (issue 34, case 4): a stored answer within stale= is served at once while none is at hand;
-   * otherwise the token's failure answers everyone waiting.
-   * False when the request was answered (or its caller left) without a fetch.
+   * The token is asked only for a fetch (issue 34, case 4): a stored answer within stale= is
+   * served at once while none is at hand, never waiting for one. True when it was served.
    */
-  async function tokenFor (request: FastifyRequest, reply: FastifyReply, found: Entry | undefined): Promise<boolean> {
-    const fill = request.fill
-    if (fill === null) return false
+  function servedWithoutToken (request: FastifyRequest, reply: FastifyReply, fill: Fill): boolean {
+    const { found } = fill
     const standing = found === undefined ? undefined : cache.standing(found)
-    if (found !== undefined && standing?.usable === true && !hasToken()) {
-      fill.flight.settle(found, true)
-      const detail = `${standing.fresh ? 'no-refresh' : 'stale'}-token`
-      if (!callerGone(request)) serve(reply, found, request.method, { hit: true, detail }, standing.fresh ? 'hit' : 'stale')
+    if (found === undefined || standing?.usable !== true || hasToken()) return false
+    fill.flight.settle(found, true)
+    const detail = `${standing.fresh ? 'no-refresh' : 'stale'}-token`
+    if (!callerGone(request)) serve(reply, found, request.method, { hit: true, detail }, standing.fresh ? 'hit' : 'stale')
+    return true
+  }
+
+  /**
+   * The fleet is asked before this sidecar fetches (fleet-fetch.ts): true when this request
+   * fetches for it; false when another sidecar's fetch answered it (its entry, or its failure,
+   * for which a stored answer within stale= stands in), or its caller left.
+   */
+  async function fleetTurn (request: FastifyRequest, reply: FastifyReply, fill: Fill, unusable: boolean): Promise<boolean> {
+    const turn = await cache.turn(fill.key, request.headers, fill.found, reply.raw, unusable)
+    if (turn.kind === 'fetch') return true
+    if (turn.kind === 'gone') {
+      fill.flight.settle(undefined)
       return false
     }
+    const to: Serve | undefined = callerGone(request) ? undefined : (entry, params, result) => { serve(reply, entry, request.method, params, result) }
+    if (turn.kind === 'entry') {
+      fill.flight.settle(turn.entry)
+      to?.(turn.entry, { hit: true, detail: 'coalesced' }, 'coalesced')
+      return false
+    }
+    if (fillFailed(cache, fill, to, turn.failure)) return false
+    cache.missed(fill.rule.id)
+    fail(request, reply, turn.failure)
+    return false
+  }
+
+  /**
+   * The token for the fetch this request leads; its failure answers everyone waiting (nothing
+   * stored stands in: one would have been served without it). False when the request was
+   * answered (or its caller left) without a fetch.
+   */
+  async function tokenFor (request: FastifyRequest, reply: FastifyReply, fill: Fill): Promise<boolean> {
     try {
       await needToken(request)
     } catch (err) {
-      // Nothing stored stands in (one would have been served above).
       const failure: Failure = { error: err as Error }
       fill.flight.fail(failure)
       cache.missed(fill.rule.id)

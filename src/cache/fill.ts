@@ -78,7 +78,7 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     return true
   }
   if (fill.found !== undefined && standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
-    fill.flight.settle(fill.found, true)
+    fill.flight.settle(fill.found, true, { answer })
     serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
@@ -97,7 +97,7 @@ export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefin
     fill.flight.fail(failure)
     return false
   }
-  fill.flight.settle(fill.found, true)
+  fill.flight.settle(fill.found, true, failure)
   serve?.(fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
   return true
 }

@@ -19,7 +19,10 @@ export interface FlightResult {
   readonly entry: Entry | undefined
   /** The entry is a stale one standing in for TI's failure, not a new answer. */
   readonly standsIn: boolean
-  /** With no entry: the fetch failed, and this is what its waiters are answered (none: they try again). */
+  /**
+   * The fetch failed: with no entry, what its waiters are answered (none: they try again); with
+   * one standing in, what the fleet's waiters without a copy of their own are answered.
+   */
   readonly failure?: Failure
 }
 
@@ -28,7 +31,7 @@ export type FlightOutcome = FlightResult | 'gone'
 
 export interface Flight {
   /** Ends the flight (once; later calls do nothing) and releases what it held. */
-  settle: (entry: Entry | undefined, standsIn?: boolean) => void
+  settle: (entry: Entry | undefined, standsIn?: boolean, failure?: Failure) => void
   /** Ends the flight with its failure: every waiter is answered with it (once, like settle). */
   fail: (failure: Failure) => void
   /** Reserves `bytes` to hold TI's answer while it arrives; false when the flights' budget is spent. */
@@ -45,7 +48,7 @@ interface Caller {
 
 const NOTHING: FlightResult = Object.freeze({ entry: undefined, standsIn: false })
 
-export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: number, onEnd: (id: string) => void }) {
+export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: number, onEnd: (id: string, result: FlightResult) => void }) {
   const flights = new Map<string, Set<(result: FlightResult) => void>>()
   let held = 0
 
@@ -81,11 +84,13 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
         held -= reserved
         reserved = 0
         flights.delete(id)
-        onEnd(id)
+        onEnd(id, result)
         for (const done of waiting) done(result)
       }
       return {
-        settle (entry, standsIn = false) { end(entry === undefined ? NOTHING : { entry, standsIn }) },
+        settle (entry, standsIn = false, failure) {
+          end(entry === undefined ? NOTHING : failure === undefined ? { entry, standsIn } : { entry, standsIn, failure })
+        },
         fail (failure) { end({ entry: undefined, standsIn: false, failure }) },
         reserve (bytes) {
           if (ended || held + bytes > holdBudgetBytes) return false

@@ -10,7 +10,8 @@ import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { Caller } from '../quota/guard.js'
 import { createMemoryStore, entrySize, lifetimeMs, standing, type Entry } from './entries.js'
-import { createFlights, type Flight, type FlightOutcome } from './flights.js'
+import { createFlights, type Flight } from './flights.js'
+import { createFleetFetch, type Turn } from './fleet-fetch.js'
 import { cacheStatus, invalidatedUris, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
 import type { SharedCache, StoreReply } from './redis-cache.js'
 
@@ -33,24 +34,21 @@ export interface ReadCacheOptions {
   fillMs: number
 }
 
-/** What a lookup found: a usable stored answer, if any, and whether another sidecar is fetching it now. */
+/** What a lookup found: a usable stored answer, if any. */
 export interface Lookup {
   entry: Entry | undefined
-  fleetFilling: boolean
+  /** Nothing usable here, but Redis holds a value under the key (another layout, or TI's Vary gives it another caller). */
+  unusable?: boolean
 }
 
-/** How often a request waiting for another sidecar's fetch looks for its answer in Redis. */
-export const FLEET_POLL_MS = 50
-/**
- * The longest a request waits for another sidecar's fetch, whatever its marker says (a sidecar
- * that died mid-fetch leaves one for up to a fetch's whole time): then it asks the budget.
- */
-export const FLEET_WAIT_MAX_MS = 10_000
+/** A request that asks the fleet first fetches by itself without Redis. */
+const FETCH: Turn = Object.freeze({ kind: 'fetch' })
 
 /** How many keys whose value in Redis was not an entry are remembered, so that each is logged once. */
 export const MALFORMED_LOGGED_MAX = 1_000
 
 export type { Flight, FlightOutcome } from './flights.js'
+export type { Turn } from './fleet-fetch.js'
 
 export interface CachedStatus {
   maxBytes: number
@@ -63,11 +61,10 @@ export interface CachedStatus {
 export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
   const memory = createMemoryStore({ clock, maxBytes, onEvict: (entry) => { metrics.cacheEvictions.inc({ rule: entry.rule }) } })
   metrics.measureCache(() => memory.bytes())
-  // Every flight ends by telling the fleet its fetch is over.
-  const flights = createFlights({ holdBudgetBytes: maxBytes, onEnd: (id) => { tell(id, 1) } })
+  // One fetch per key for the fleet (fleet-fetch.ts); a flight that ends gives up its claim.
+  const fleet = shared === undefined ? undefined : createFleetFetch({ claims: shared.claims, clock, fillMs, find, failed: redisFailed })
+  const flights = createFlights({ holdBudgetBytes: maxBytes, onEnd: (id, result) => { fleet?.ended(id, result) } })
   let sharedProblem: string | undefined
-  /** Tells the fleet this sidecar fetches `id` for at most `ms` (1: it is done). */
-  const tell = (id: string, ms: number): void => { shared?.filling(id, ms).catch((err: unknown) => { redisFailed(err, 'a fetch notice') }) }
 
   // A value of another layout (a rolling update) is a miss for every request of its key until
   // a fetch replaces it: counted each time, logged once per key.
@@ -104,70 +101,37 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     return read
   }
 
-  /** The stored answer for a request, fresh or stale (none: none usable), and whether the fleet is fetching it. Never fails. */
+  /** The stored answer for a request, fresh or stale (none: none usable). Never fails. */
   async function find (key: CacheKey, headers: Headers): Promise<Lookup> {
     const local = memory.get(key.id)
     const own = local !== undefined && varyMatches(local.vary, headers) ? local : undefined
-    if (shared === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own, fleetFilling: false }
+    if (shared === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own }
     let theirs: Entry | undefined
-    let fleetFilling = false
+    let unusable = false
     try {
       // A stale copy of our own: the entry is read only if Redis holds a newer one.
       const ownLeftMs = own === undefined ? undefined : lifetimeMs(own) - (clock.now() - own.storedAt)
-      const found = await sharedLookup(shared, key.id, ownLeftMs)
-      theirs = found.entry
-      fleetFilling = found.filling
+      const read = await sharedLookup(shared, key.id, ownLeftMs)
+      theirs = read.entry
+      unusable = read.unusable === true || theirs !== undefined
       sharedProblem = undefined
     } catch (err) {
       redisFailed(err, 'a lookup')
-      return { entry: own, fleetFilling: false }
+      return { entry: own }
     }
     if (theirs === undefined || !varyMatches(theirs.vary, headers) || !standing(theirs, clock.now()).usable ||
-      (own !== undefined && own.storedAt >= theirs.storedAt)) return { entry: own, fleetFilling }
+      (own !== undefined && own.storedAt >= theirs.storedAt)) return own === undefined && unusable ? { entry: own, unusable } : { entry: own }
     // Another sidecar's newer copy: kept here too, so the next hits need no Redis.
     memory.set(key.id, theirs)
-    return { entry: theirs, fleetFilling }
+    return { entry: theirs }
   }
 
   /**
-   * Waits while another sidecar fetches `key` for the fleet: its fresh answer once it is in
-   * Redis, or nothing when that fetch ends without one (or takes longer than FLEET_WAIT_MAX_MS).
+   * Before this sidecar fetches `key` (refreshing `found`), the fleet is asked: this request
+   * fetches for it, or gets another sidecar's fetch's entry or failure (fleet-fetch.ts).
    */
-  function awaitFleet (key: CacheKey, headers: Headers, caller: Caller): Promise<FlightOutcome> {
-    const deadline = clock.now() + Math.min(fillMs, FLEET_WAIT_MAX_MS)
-    return new Promise((resolve) => {
-      let finished = false
-      let cancel = (): void => {}
-      const finish = (outcome: FlightOutcome): void => {
-        if (finished) return
-        finished = true
-        cancel()
-        caller.removeListener('close', left)
-        resolve(outcome)
-      }
-      const left = (): void => { finish('gone') }
-      caller.once('close', left)
-      const look = (): void => {
-        find(key, headers).then(({ entry, fleetFilling }) => {
-          if (finished) return
-          if (entry !== undefined && standing(entry, clock.now()).fresh) finish({ entry, standsIn: false })
-          else if (!fleetFilling || clock.now() >= deadline) finish({ entry: undefined, standsIn: false })
-          else cancel = clock.setTimer(look, FLEET_POLL_MS)
-        }, () => { finish({ entry: undefined, standsIn: false }) })
-      }
-      cancel = clock.setTimer(look, FLEET_POLL_MS)
-    })
-  }
-
-  /**
-   * This request fetches `id` for everyone who asks meanwhile, here and (through a marker in
-   * Redis) in the fleet; undefined if a flight is under way here (join it). A flight that ends
-   * with nothing lets its waiters try again: one of them leads the next.
-   */
-  function lead (id: string): Flight | undefined {
-    const flight = flights.lead(id)
-    if (flight !== undefined) tell(id, fillMs)
-    return flight
+  async function turn (key: CacheKey, headers: Headers, found: Entry | undefined, caller: Caller, unusable = false): Promise<Turn> {
+    return await fleet?.turn(key, headers, found, caller, unusable) ?? FETCH
   }
 
   /** Keeps TI's answer as `decision` allows, here and for the fleet; undefined if it is too large. */
@@ -252,9 +216,10 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
 
   return {
     find,
-    awaitFleet,
+    turn,
     join: flights.join,
-    lead,
+    /** This request fetches `id` for every request here that asks meanwhile; undefined if one does already (join it). */
+    lead: (id: string): Flight | undefined => flights.lead(id),
     store,
     invalidate,
     serve,
@@ -280,6 +245,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     start: async (): Promise<void> => { await shared?.start() },
     async close (): Promise<void> {
       flights.endAll()
+      fleet?.close()
       await shared?.close()
     }
   }

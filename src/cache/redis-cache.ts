@@ -11,6 +11,7 @@
 import type { Redis } from 'ioredis'
 import { openRedis, type RedisConnectionOptions } from '../redis/connection.js'
 import { decodeEntry, encodeEntry, lifetimeMs, type Entry } from './entries.js'
+import { createFleetClaims } from './fleet-fetch.js'
 
 export interface SharedCacheOptions extends RedisConnectionOptions {
   /** The credential's key prefix (redisKeyPrefix): entries are shared only by sidecars on one credential. */
@@ -142,7 +143,7 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
      * only if Redis holds a newer one: a stale copy is not downloaded again on every use.
      * Fails when Redis cannot be asked (not connected, or slower than the timeout).
      */
-    async get (id: string, unlessLeftMs?: number): Promise<{ entry?: Entry, filling: boolean }> {
+    async get (id: string, unlessLeftMs?: number): Promise<{ entry?: Entry, filling: boolean, unusable?: true }> {
       ready()
       if (unlessLeftMs !== undefined) {
         const [left, fill] = await exec(client.pipeline().pttl(key(id)).pttl(fillKey(id)))
@@ -158,13 +159,10 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
       const entry = decodeEntry(value as Buffer, redisMsOf(time), now())
       if (typeof entry !== 'string') return { entry, filling }
       malformed(id, entry)
-      return { filling }
+      return { filling, unusable: true }
     },
-    /** Tells the fleet this sidecar fetches `id` for at most `ms` (or, with 1, that it is done). */
-    async filling (id: string, ms: number): Promise<void> {
-      ready()
-      await client.set(fillKey(id), '1', 'PX', Math.max(1, Math.round(ms)))
-    },
+    /** The fleet's one fetch per key (src/cache/fleet-fetch.ts): its claims share this connection. */
+    claims: createFleetClaims({ client, entryKey: key, claimKey: fillKey, ready }),
     /**
      * Stores `entry` for the fleet, for the rest of its whole life (fresh and stale) as Redis
      * sees it when the store reaches it, within CACHE_REDIS_MAX_BYTES.

@@ -9,7 +9,7 @@ import type { Env } from '../config/parse-env.js'
 import { proxyBacklog } from '../overload/manager.js'
 import { redisDisplayUrl } from '../config/rate-limits.js'
 import { buildInfo } from '../config/build-info.js'
-import { plainHttpWarnings } from '../config/warnings.js'
+import { cachedWaitWarnings, plainHttpWarnings } from '../config/warnings.js'
 import { configOrExit, listenOrExit } from './exit.js'
 import { loadUndici } from './undici-globals.js'
 
@@ -45,7 +45,7 @@ export async function serve (config: Config, log: Logger): Promise<App> {
   await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort)
   await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port, proxyBacklog(config.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
-  for (const warning of plainHttpWarnings(config)) log.warn(warning)
+  for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) log.warn(warning)
 
   closeWithGrace({ delay: config.shutdownDelayMs + config.shutdownGraceMs, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'fatal error, shutting down')

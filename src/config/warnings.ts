@@ -3,6 +3,8 @@
 // at start (a warning in the log) and by check-config (on stderr).
 import { isLoopback } from '../egress/route.js'
 
+export { cachedWaitWarnings } from '../cache/timing.js'
+
 /**
  * A plain http:// AUTH_URL or UPSTREAM_URL off this machine: the client secret (in every token
  * request's body) or the access token (in every request's Authorization) would cross the

@@ -3,6 +3,7 @@
 import { EventEmitter } from 'node:events'
 import t from 'tap'
 import { createFlights, type Failure } from '../../src/cache/flights.js'
+import type { Entry } from '../../src/cache/entries.js'
 
 const caller = (): EventEmitter & { once: (e: 'close', l: () => void) => EventEmitter } => new EventEmitter()
 
@@ -30,4 +31,16 @@ t.test('a settled flight cannot fail afterwards', async (t) => {
   flight?.settle(undefined)
   flight?.fail({ error: new Error('late') })
   t.same(await w, { entry: undefined, standsIn: false })
+})
+
+t.test('a stored answer standing in for a failure carries the failure too (for the fleet\'s waiters without a copy)', async (t) => {
+  const ended: unknown[] = []
+  const flights = createFlights({ holdBudgetBytes: 1, onEnd: (_id, result) => { ended.push(result) } })
+  const entry = { display: '/a' } as unknown as Entry
+  const failure: Failure = { error: new Error('timeout') }
+  const flight = flights.lead('a')
+  const w = flights.join('a', caller())
+  flight?.settle(entry, true, failure)
+  t.same(await w, { entry, standsIn: true, failure })
+  t.same(ended, [{ entry, standsIn: true, failure }], 'the end is told what the waiters got')
 })
