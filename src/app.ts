@@ -137,7 +137,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     metrics,
     maxConnections: config.adminMaxConnections,
     routes: {
-      tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, statusFrom: config.statusFrom, ...(clock === undefined ? {} : { clock })
+      tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, statusFrom: config.statusFrom, ...(clock === undefined ? {} : { clock })
     }
   })
   if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })

@@ -23,6 +23,7 @@ export default area('quota-rules', {
     'test/config/config.test.ts',
     'test/config/*.test.ts',
     'test/cache/rules.test.ts',
+    'test/idempotency/rules.test.ts',
     'test/admin/status-switch.test.ts'
   ],
   // Measured 97.18 % (2026-11-24, after the first full run's survivors were killed or marked).

@@ -3,22 +3,17 @@
 // open to the pod network for probes and Prometheus, and whoever releases a key may cause a
 // second order; `kubectl exec` or `kubectl port-forward` arrive from loopback.
 import type { FastifyInstance } from 'fastify'
+import { isLoopbackPeer } from './routes.js'
 
 export interface ReleaseOptions {
   /** Frees the key of a rule (its id, `METHOD PATH` as written); false when none was held. */
   release: (rule: string, key: string) => Promise<boolean>
 }
 
-const LOOPBACK = /^(?:127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/
-
-export function isLoopback (address: string | undefined): boolean {
-  return address !== undefined && LOOPBACK.test(address)
-}
-
 export async function idempotencyReleaseRoute (app: FastifyInstance, { release }: ReleaseOptions): Promise<void> {
   app.post('/idempotency/release', async (request, reply) => {
     reply.header('cache-control', 'no-store')
-    if (!isLoopback(request.socket.remoteAddress)) {
+    if (!isLoopbackPeer(request.socket.remoteAddress)) {
       reply.code(403)
       return { error: 'LOOPBACK_ONLY', message: 'keys are released from the pod itself (kubectl exec, or kubectl port-forward)' }
     }

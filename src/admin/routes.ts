@@ -6,6 +6,7 @@ import { systemClock, type Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { QuotaGuard } from '../quota/guard.js'
 import type { ReadCache } from '../cache/read-cache.js'
+import type { IdempotencyStatus } from '../idempotency/stage.js'
 import type { OverloadManager } from '../overload/manager.js'
 import { statusDocument, type ConfigSummary } from './status.js'
 import type { TokenManager, TokenState } from '../token/token-manager.js'
@@ -17,6 +18,8 @@ export interface AdminOptions {
   quota?: Pick<QuotaGuard, 'status' | 'readinessNote' | 'readinessHold'>
   /** The read cache, when a rule has cache=: its copies on /status. */
   cache?: Pick<ReadCache, 'status'>
+  /** Idempotent routes, when a rule has idempotency=: key counts on /status. */
+  idempotency?: { status: () => IdempotencyStatus }
   /** The overload manager: /readyz's reason while it sheds, and /status. */
   overload?: Pick<OverloadManager, 'status' | 'readinessNote'>
   isDraining: () => boolean
@@ -69,7 +72,7 @@ function heldBy (result: { ready: boolean, reason: string }, hold: string | unde
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, statusFrom = 'loopback', clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, cache, idempotency, overload, isDraining, version, config, statusEndpoint = true, statusFrom = 'loopback', clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -116,6 +119,7 @@ export async function adminRoutes (
         config,
         ...(quota === undefined ? {} : { rateLimits: quota.status() }),
         ...(cache === undefined ? {} : { cache: cache.status() }),
+        ...(idempotency === undefined ? {} : { idempotency: idempotency.status() }),
         ...(overload === undefined ? {} : { overload: overload.status() })
       })
     })

@@ -7,6 +7,7 @@ import { redisDisplayUrl } from '../config/rate-limits.js'
 import type { RateLimitStatus } from '../quota/guard.js'
 import type { CachedStatus } from '../cache/read-cache.js'
 import type { OverloadStatus } from '../overload/manager.js'
+import type { IdempotencyStatus } from '../idempotency/stage.js'
 import { credentialOrigin, type CredentialOrigin } from '../token/credentials.js'
 import { tokenEndpointUrl, type TokenInfo } from '../token/token-client.js'
 import type { TokenState } from '../token/token-manager.js'
@@ -84,6 +85,7 @@ export interface StatusInput {
   rateLimits?: RateLimitStatus
   cache?: CachedStatus
   overload?: OverloadStatus
+  idempotency?: IdempotencyStatus
 }
 
 export interface StatusDocument {
@@ -112,6 +114,8 @@ export interface StatusDocument {
   cache?: CachedStatus
   /** The memory limit, live memory, requests in flight and whether new ones are shed (overload.ts). */
   overload?: OverloadStatus
+  /** Idempotent routes (src/idempotency/): rules and key counts, never a key or a body. */
+  idempotency?: IdempotencyStatus
   config: ConfigSummary
 }
 
@@ -122,7 +126,7 @@ function tokenStateName (state: TokenState): StatusDocument['token']['state'] {
   return state.refreshing ? 'fetching' : 'none'
 }
 
-export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits, cache, overload }: StatusInput): StatusDocument {
+export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, config, rateLimits, cache, overload, idempotency }: StatusInput): StatusDocument {
   return {
     version,
     time: new Date(wallNow).toISOString(),
@@ -149,6 +153,7 @@ export function statusDocument ({ version, uptimeMs, wallNow, token, readiness, 
     ...(rateLimits === undefined ? {} : { rateLimits }),
     ...(cache === undefined ? {} : { cache }),
     ...(overload === undefined ? {} : { overload }),
+    ...(idempotency === undefined ? {} : { idempotency }),
     config
   }
 }

@@ -88,6 +88,8 @@ export function createRedisKeyStore ({ connection, prefix, clock, log, mirror, t
   const { checkMs, recoveryMs } = { ...DEFAULT_REDIS_KEY_TIMING, ...timing }
   const redis = openRedis(connection)
   const client = redis.client as Scripts
+  // A connection error fails the commands under way (each answered 503); reconnection goes on by itself.
+  client.on('error', (err: unknown) => { log.debug({ reason: redis.describe(err) }, 'idempotency redis connection error') })
   client.defineCommand('idemTake', { numberOfKeys: 3, lua: TAKE })
   client.defineCommand('idemPut', { numberOfKeys: 2, lua: PUT })
   client.defineCommand('idemRelease', { numberOfKeys: 2, lua: RELEASE })

@@ -207,7 +207,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
       if (released) metrics.idempotencyReleases.inc()
       return released
     },
-    status () {
+    status (): IdempotencyStatus {
       return {
         backend: store.backend,
         rules: rules.flatMap((r) => r.idempotency === undefined
@@ -222,6 +222,13 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
 }
 
 export type IdempotencyStage = ReturnType<typeof createIdempotencyStage>
+
+/** What /status shows: the keyed rules and how many keys are held, never a key or a body. */
+export interface IdempotencyStatus {
+  backend: KeyStore['backend']
+  rules: Array<{ rule: string, lifetimeMs: number, key: string, required: boolean }>
+  keys: { pending: number, done: number, unknown: number }
+}
 
 /** The caller's body, whole (read now if it still streams), null for none; undefined when too large to key. */
 async function wholeBody (request: FastifyRequest): Promise<Buffer | null | undefined> {

@@ -51,6 +51,7 @@ t.test('the rendered rules pass promtool check and the unit tests, firing and no
   const alerts = groups.flatMap((g) => (g.rules as JsonObject[]).map((r) => String(r.alert)))
   t.same(alerts.sort(), [
     'StoreAuthProxyBudgetNearlySpent', 'StoreAuthProxyCredentialsRejected', 'StoreAuthProxyErrorAnswers', 'StoreAuthProxyFleetLargerThanDeclared', 'StoreAuthProxyNoValidToken',
+    'StoreAuthProxyOrderOutcomeUnknown',
     'StoreAuthProxyRateLimitRedisDown', 'StoreAuthProxyServingStale', 'StoreAuthProxyShedding', 'StoreAuthProxyTokenEndpointFailing',
     'StoreAuthProxyTokenExpiringSoon', 'StoreAuthProxyUpstream5xx', 'StoreAuthProxyUpstreamRateLimited'
   ])

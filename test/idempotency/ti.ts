@@ -17,6 +17,8 @@ export interface Order {
   url: string
   key: string
   body: Buffer
+  /** TI acted on it (anything but its gateway's 401 and 429). */
+  placed?: boolean
 }
 
 export async function startTi (t: Test) {
@@ -38,7 +40,9 @@ export async function startTi (t: Test) {
       const order: Order = { method: req.method ?? '', url: req.url ?? '', key, body }
       orders.push(order)
       n += 1
-      behave(script(order), res, n)
+      const behaviour = script(order)
+      order.placed = behaviour.kind !== 'status' || behaviour.status === 500
+      behave(behaviour, res, n)
     })
   })
   function behave (b: Behaviour, res: ServerResponse, id: number): void {
@@ -81,10 +85,10 @@ export async function startTi (t: Test) {
     /** Answers every held order. */
     release (): void { for (const answer of held.splice(0)) answer() },
     held: () => held.length,
-    /** Keys TI received more than once. */
+    /** Keys TI placed more than once (its gateway's 401s and 429s place nothing). */
     duplicates (): string[] {
       const seen = new Map<string, number>()
-      for (const o of orders) if (o.key !== '') seen.set(o.key, (seen.get(o.key) ?? 0) + 1)
+      for (const o of orders) if (o.key !== '' && o.placed === true) seen.set(o.key, (seen.get(o.key) ?? 0) + 1)
       return [...seen].filter(([, count]) => count > 1).map(([key]) => key)
     }
   }

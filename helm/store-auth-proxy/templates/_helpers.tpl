@@ -328,6 +328,27 @@ The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes
 {{- with include "store-auth-proxy.rateLimitsEnv" . | trim }}
 {{ . }}
 {{- end }}
+{{- with include "store-auth-proxy.ordersEnv" . | trim }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The route policy, test orders and the state directory (docs/idempotency.md): only what is set.
+*/}}
+{{- define "store-auth-proxy.ordersEnv" -}}
+{{- with .Values.orders.allowedRoutes }}
+- name: ALLOWED_ROUTES
+  value: {{ join "; " . | quote }}
+{{- end }}
+{{- if .Values.orders.testOrders }}
+- name: TEST_ORDERS
+  value: "true"
+{{- end }}
+{{- if .Values.orders.stateDir.enabled }}
+- name: STATE_DIR
+  value: {{ .Values.orders.stateDir.mountPath | quote }}
+{{- end }}
 {{- end }}
 
 {{- define "store-auth-proxy.sidecar" -}}
@@ -396,6 +417,10 @@ The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes
       mountPath: {{ .Values.rateLimits.redis.mountPath }}
       readOnly: true
     {{- end }}
+    {{- if .Values.orders.stateDir.enabled }}
+    - name: store-auth-proxy-state
+      mountPath: {{ .Values.orders.stateDir.mountPath }}
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -438,6 +463,12 @@ The sidecar's volumes, as entries of a pod's `volumes` list.
     items:
       - key: {{ .Values.rateLimits.redis.key }}
         path: {{ .Values.rateLimits.redis.key }}
+{{- end }}
+{{- if .Values.orders.stateDir.enabled }}
+# Idempotency keys outlive a crash of the sidecar container (the pod's life, not its deletion).
+- name: store-auth-proxy-state
+  emptyDir:
+    sizeLimit: {{ .Values.orders.stateDir.sizeLimit }}
 {{- end }}
 {{- end }}
 
