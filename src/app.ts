@@ -1,21 +1,22 @@
 import type { IncomingMessage } from 'node:http'
-import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
-import { adminRoutes } from './admin/routes.js'
+import { createAdminServer } from './admin/server.js'
 import { idempotencyReleaseRoute } from './admin/idempotency-release.js'
 import { systemClock, type Clock } from './clock.js'
 import { trimCredential } from './config/credentials.js'
 import type { Config } from './config/load.js'
 import { egressDispatcher } from './egress/connection.js'
 import { routeFor } from './egress/route.js'
-import { BadRequestError, HeadersTooLargeError, MethodNotAllowedError, OverloadedError, RequestTimeoutError, sendError } from './errors.js'
+import { BadRequestError, MethodNotAllowedError, RequestTimeoutError, sendError } from './errors.js'
 import { createUpstream, type Upstream } from './upstream/forward.js'
 import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, methodLabel, statusClass, type Metrics } from './metrics.js'
-import { createOverloadManager, EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './overload/manager.js'
+import { admitRequests, continueOnlyWhenAdmitted, headOverflowError, limitHeaderCount } from './overload/admission.js'
+import { gateConnections } from './overload/connection-gate.js'
+import { createOverloadManager, type OverloadManager } from './overload/manager.js'
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import { exportBudgets } from './quota/rate-limit-fields.js'
@@ -51,7 +52,7 @@ export interface AppDependencies {
   clock?: Clock
   random?: () => number
   readFile?: ReadFile
-  /** Dispatcher for token requests (tests); undici's global one otherwise. */
+  /** Dispatcher for token requests (tests); the sidecar's own otherwise, never undici's global one. */
   tokenDispatcher?: Dispatcher
   /** Process metrics are off in tests, where many apps share one process. */
   defaultMetrics?: boolean
@@ -117,12 +118,13 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   let draining = false
   let closing: Promise<void> | undefined
 
-  const admin = Fastify({
-    loggerInstance: log.child({ listener: 'admin' }) as FastifyBaseLogger,
-    logController: new LogController({ disableRequestLogging: true })
-  })
-  await admin.register(adminRoutes, {
-    tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, ...(clock === undefined ? {} : { clock })
+  const admin = await createAdminServer({
+    log,
+    metrics,
+    maxConnections: config.adminMaxConnections,
+    routes: {
+      tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, statusFrom: config.statusFrom, ...(clock === undefined ? {} : { clock })
+    }
   })
   if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })
 
@@ -168,17 +170,18 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 /** The token client and the manager that keeps one token fresh. */
 function createTokens (config: Config, deps: AppDependencies, metrics: Metrics): { tokens: TokenManager, closeTokenEgress: () => Promise<void> } {
   const { log, clock, random, readFile, tokenDispatcher } = deps
-  // The token endpoint goes through the egress proxy, or direct (egress-proxy.ts).
+  // The token endpoint goes through the egress proxy, or direct (egress/route.ts), on a pool of
+  // the sidecar's own either way: never undici's global dispatcher, which NODE_USE_ENV_PROXY or
+  // another module may have replaced, so the route /status shows is the route taken.
   const tokenRoute = routeFor(config.authUrl, config.egressProxy)
-  const tokenEgress = tokenDispatcher === undefined && tokenRoute.via === 'proxy'
+  const tokenEgress = tokenDispatcher === undefined
     ? egressDispatcher(config.authUrl, tokenRoute, { connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.tokenTimeoutMs) })
-    : undefined
-  const dispatcher = tokenDispatcher ?? tokenEgress?.dispatcher
+    : { dispatcher: tokenDispatcher, close: async () => {} }
   const fetchToken = createTokenClient({
     authUrl: config.authUrl,
     timeoutMs: config.tokenTimeoutMs,
     credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
-    ...(dispatcher === undefined ? {} : { dispatcher })
+    dispatcher: tokenEgress.dispatcher
   })
   const tokens = createTokenManager({
     fetchToken,
@@ -191,7 +194,7 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
     ...(clock === undefined ? {} : { clock }),
     ...(random === undefined ? {} : { random })
   })
-  return { tokens, closeTokenEgress: async () => { await tokenEgress?.close() } }
+  return { tokens, closeTokenEgress: tokenEgress.close }
 }
 
 /** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
@@ -329,8 +332,10 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
         socket.destroy()
         return
       }
+      const rawPacket = (err as { rawPacket?: unknown }).rawPacket
+      const head = Buffer.isBuffer(rawPacket) ? rawPacket : undefined
       const error = err.code === 'HPE_HEADER_OVERFLOW'
-        ? new HeadersTooLargeError(config.maxHeaderBytes)
+        ? headOverflowError(head, config.maxHeaderCount, config.maxHeaderBytes)
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP')
       // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
       // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
@@ -344,8 +349,7 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
         sendError(res, error, metrics)
         return
       }
-      const head = (err as { rawPacket?: unknown }).rawPacket
-      answerRaw(socket, Buffer.isBuffer(head) ? head : undefined, error)
+      answerRaw(socket, head, error)
       socket.destroySoon()
     },
     // A path whose percent-encoding does not decode (`/%zz`) fails in the router, before
@@ -373,8 +377,10 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
-  answerExcessConnections(proxyServer, config.maxConnections, overload, metrics)
-  shedWhenOverloaded(proxyServer, overload, metrics, config.accessLog)
+  if (config.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
+  limitHeaderCount(proxyServer, config.maxHeaderCount)
+  continueOnlyWhenAdmitted(proxyServer)
+  admitRequests(proxyServer, { overload, metrics, accessLog: config.accessLog, maxHeaderCount: config.maxHeaderCount, maxBodyBytes: config.maxBodyBytes })
   enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
@@ -389,63 +395,4 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
     ...(idempotency === undefined ? {} : { idempotency })
   })
   return proxyServer
-}
-
-/**
- * The first thing a new request meets: over a memory water (its announced body counted in
- * advance) or the in-flight cap it gets 503 OVERLOADED here, before its body is read, a token
- * asked or a budget consulted, so nothing goes upstream and nothing is spent. The caller gets a
- * status line, never a dropped connection. Its body is read and discarded, keeping the
- * connection, and the manager is told how much (OverloadManager.discarded): discarded reads
- * are garbage that only a collection frees, and a burst of long bodies shed at once is read at
- * the callers' full speed.
- */
-function shedWhenOverloaded (server: FastifyInstance, overload: OverloadManager, metrics: Metrics, accessLog: boolean): void {
-  server.addHook('onRequest', function shed (request, reply, done) {
-    // Node's parser has checked the header: digits only, one value.
-    const bodyBytes = Number(request.headers['content-length'] ?? 0)
-    const reason = overload.admit(bodyBytes)
-    if (reason === undefined) {
-      reply.raw.once('close', () => { overload.leave(bodyBytes) })
-      done()
-      return
-    }
-    // Flowing from here: Node then does not read it again to discard it after the answer.
-    request.raw.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
-    // Counted and logged like every answer (the proxy scope's own hook does not run for it).
-    observeExchange(request, reply.raw, metrics, accessLog)
-    sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
-  })
-}
-
-/**
- * Beyond MAX_CONNECTIONS open connections, a new one is answered 503 OVERLOADED (Retry-After,
- * Connection: close) before anything of it is read, and closed: never dropped without a word,
- * as net.Server's maxConnections does. It gets no HTTP parser (the cost of a connection that
- * never sends a whole head, a slowloris one, is bounded by the count). The answer may reach
- * the caller before its request is written; what it then sends is read and discarded until it
- * closes or EXCESS_LINGER_MS pass, so that no reset destroys the answer before it is read.
- * Node's http.Server handles a connection in its 'connection' listener (documented: emitting
- * 'connection' hands it a socket); the gate takes that listener's place and calls it for the
- * connections it admits.
- */
-function answerExcessConnections (server: FastifyInstance, maxConnections: number, overload: OverloadManager, metrics: Metrics): void {
-  if (maxConnections === 0) return
-  const http = server.server
-  const handlers = http.listeners('connection') as Array<(socket: Socket) => void>
-  http.removeAllListeners('connection')
-  http.on('connection', (socket: Socket) => {
-    if (overload.connect() === undefined) {
-      socket.once('close', overload.disconnect)
-      for (const handle of handlers) handle.call(http, socket)
-      return
-    }
-    // A reset by the caller after the answer is nobody's failure.
-    socket.on('error', () => {})
-    const linger = setTimeout(() => { socket.destroy() }, EXCESS_LINGER_MS).unref()
-    socket.once('close', () => { clearTimeout(linger) })
-    sendError(socket, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
-    // Read and dropped like a shed request's body, the reads paced by young collections.
-    socket.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
-  })
 }

@@ -45,6 +45,12 @@ export const HeadersTooLargeError = createError(
 export const RequestTimeoutError = createError(
   'REQUEST_TIMEOUT', 'the request was not received in time', 408)
 
+export const HeaderCountError = createError(
+  'HEADERS_TOO_LARGE', 'the request has more than %d header fields', 431)
+
+export const StatusForbiddenError = createError(
+  'FORBIDDEN', '/status is served to loopback peers only (STATUS_FROM=loopback)', 403)
+
 export const MethodNotAllowedError = createError(
   'METHOD_NOT_ALLOWED', 'the %s method is not forwarded', 405)
 

@@ -1,4 +1,7 @@
 import type { FastifyInstance } from 'fastify'
+import { isIP } from 'node:net'
+import { StatusForbiddenError, sendError } from '../errors.js'
+import type { StatusFrom } from '../config/schema.js'
 import { systemClock, type Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { QuotaGuard } from '../quota/guard.js'
@@ -23,6 +26,8 @@ export interface AdminOptions {
   config: ConfigSummary
   /** Serve /status (default true); false leaves it unrouted, so it answers 404. */
   statusEndpoint?: boolean
+  /** STATUS_FROM (default loopback): any other peer gets 403. */
+  statusFrom?: StatusFrom
   clock?: Clock
 }
 
@@ -44,6 +49,15 @@ export function readiness (state: TokenState, draining: boolean): { ready: boole
   return { ready: true, reason: 'token endpoint unavailable; callers get 503 until it recovers' }
 }
 
+/** Whether a peer's address is loopback: 127.0.0.0/8, ::1, or IPv4 loopback mapped into IPv6. */
+export function isLoopbackPeer (address: string | undefined): boolean {
+  if (address === undefined) return false
+  const v4 = address.toLowerCase().replace(/^::ffff:/, '')
+  if (isIP(v4) === 4) return v4.startsWith('127.')
+  // Node writes a peer's IPv6 address in its shortest form.
+  return address === '::1'
+}
+
 /**
  * A first start on a brand-new (or emptied) rate-limit Redis holds readiness for the few
  * seconds its tally needs to be trusted, rather than answer the first callers 429: on its
@@ -55,7 +69,7 @@ function heldBy (result: { ready: boolean, reason: string }, hold: string | unde
 
 /** The admin listener's routes: cheap liveness, token-aware readiness, status, Prometheus metrics. */
 export async function adminRoutes (
-  app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, clock = systemClock }: AdminOptions
+  app: FastifyInstance, { tokens, metrics, quota, cache, overload, isDraining, version, config, statusEndpoint = true, statusFrom = 'loopback', clock = systemClock }: AdminOptions
 ): Promise<void> {
   const startedAt = clock.now()
 
@@ -85,7 +99,12 @@ export async function adminRoutes (
   // Always 200: the answer is about the sidecar, not a probe (readiness is in the body).
   // It needs no authentication and names URLs, paths and rules: STATUS_ENDPOINT=false turns it off.
   if (statusEndpoint) {
-    app.get('/status', async (_request, reply) => {
+    app.get('/status', async (request, reply) => {
+      // It shows the client id and the configuration: not for the pod network unless asked.
+      if (statusFrom === 'loopback' && !isLoopbackPeer(request.socket.remoteAddress)) {
+        sendError(reply, new StatusForbiddenError(), metrics)
+        return reply
+      }
       const token = tokens.state()
       reply.header('cache-control', 'no-store')
       return statusDocument({

@@ -1,9 +1,10 @@
-import { loadEgressProxy, type EgressProxy } from '../egress/route.js'
+import { loadEgressProxy, type EgressProxy } from './egress-proxy.js'
+import { BAD_ESCAPE, userInfo } from './url-credentials.js'
 import { checkRateLimits, type RateLimitConfig } from './rate-limits.js'
 import { checkCredential, type CredentialSource } from './credentials.js'
 import { listenerProblems } from './listeners.js'
 import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, type ReadFileSync } from './parse-env.js'
-import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv } from './schema.js'
+import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv, type StatusFrom } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
 import { checkOrders, type RoutePolicy } from './orders.js'
 
@@ -24,6 +25,8 @@ export interface Config {
   readonly shutdownDelayMs: number
   /** Largest request head (request line and headers) accepted; larger answers 431. */
   readonly maxHeaderBytes: number
+  /** Most header fields a request may carry; more answers 431 (Node alone would drop the rest silently). */
+  readonly maxHeaderCount: number
   /** Largest request body forwarded; 0 for no limit. Larger answers 413. */
   readonly maxBodyBytes: number
   /** A caller must send the whole request head within this (slowloris). */
@@ -44,11 +47,15 @@ export interface Config {
   readonly maxInFlightRequests: number
   /** New connections beyond this many open get 503 OVERLOADED and are closed; 0 for no bound. */
   readonly maxConnections: number
+  /** New admin connections beyond this many open get 503 and are closed (src/admin/server.ts). */
+  readonly adminMaxConnections: number
   readonly accessLog: boolean
-  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/egress/route.ts). */
+  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/config/egress-proxy.ts). */
   readonly egressProxy: EgressProxy
   /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
+  /** STATUS_FROM: `loopback` answers /status 403 to any other peer. */
+  readonly statusFrom: StatusFrom
   readonly logLevel: LogLevel
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
   readonly logFormat: LogFormat
@@ -85,6 +92,10 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   const clientSecret = checkCredential('CLIENT_SECRET', raw.CLIENT_SECRET, raw.CLIENT_SECRET_FILE, readFile, problems)
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
+  if (rateLimits?.redisUrl !== undefined && userInfo(new URL(rateLimits.redisUrl)) === undefined) {
+    // ioredis decodes the user and password itself and would throw at start (issue 35).
+    problems.push(`${raw.RATE_LIMIT_REDIS_URL === undefined ? 'RATE_LIMIT_REDIS_URL_FILE' : 'RATE_LIMIT_REDIS_URL'}: ${BAD_ESCAPE}`)
+  }
   const egressProxy = loadEgressProxy(env, problems)
   const orders = checkOrders(raw, problems)
 
@@ -109,6 +120,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
     shutdownDelayMs: raw.SHUTDOWN_DELAY_MS,
     maxHeaderBytes: raw.MAX_HEADER_BYTES,
+    maxHeaderCount: raw.MAX_HEADER_COUNT,
     maxBodyBytes: raw.MAX_BODY_BYTES,
     headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
     requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
@@ -119,8 +131,10 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     memoryLimitBytes: raw.MEMORY_LIMIT_BYTES,
     maxInFlightRequests: raw.MAX_IN_FLIGHT_REQUESTS,
     maxConnections: raw.MAX_CONNECTIONS,
+    adminMaxConnections: raw.ADMIN_MAX_CONNECTIONS,
     accessLog: raw.ACCESS_LOG,
     statusEndpoint: raw.STATUS_ENDPOINT,
+    statusFrom: raw.STATUS_FROM,
     logLevel: raw.LOG_LEVEL,
     logFormat: raw.LOG_FORMAT,
     rateLimits,

@@ -44,6 +44,21 @@ export const DEFAULT_MAX_CONNECTIONS = 2000
  * water, and it serves about PRIVATE_FLOOR_IN_FLIGHT (8) requests at a time (docs/overload.md).
  */
 export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
+/**
+ * Connections open on the admin listener beyond which a new one is answered 503 and closed
+ * (src/admin/server.ts): the kubelet and Prometheus hold a few; without a bound, 12,000 idle
+ * heads from the pod network OOM-killed the sidecar in a 128 MiB group.
+ */
+export const DEFAULT_ADMIN_MAX_CONNECTIONS = 64
+/**
+ * Header fields a request may carry; more gets 431 (docs/overload.md). Node hands an unfinished
+ * head's fields to JavaScript 32 at a time and keeps them all: ~930 tiny fields held ~70 KiB a
+ * connection. Bounded at 100, MAX_CONNECTIONS unfinished heads fit the memory model.
+ */
+export const DEFAULT_MAX_HEADER_COUNT = 100
+/** Who may read the admin /status: loopback peers only (kubectl exec, port-forward), or any. */
+export const STATUS_FROM = ['loopback', 'any'] as const
+export type StatusFrom = typeof STATUS_FROM[number]
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 export type LogLevel = typeof LOG_LEVELS[number]
@@ -88,6 +103,7 @@ export const schema = {
     SHUTDOWN_GRACE_MS: durationMs(DEFAULT_SHUTDOWN_GRACE_MS),
     SHUTDOWN_DELAY_MS: durationMs(0, 0),
     MAX_HEADER_BYTES: { type: 'integer', minimum: 1024, maximum: 1024 * 1024, default: DEFAULT_MAX_HEADER_BYTES },
+    MAX_HEADER_COUNT: { type: 'integer', minimum: 16, maximum: 2000, default: DEFAULT_MAX_HEADER_COUNT },
     MAX_BODY_BYTES: { type: 'integer', minimum: 0, default: 0 },
     HEADERS_TIMEOUT_MS: durationMs(DEFAULT_HEADERS_TIMEOUT_MS),
     REQUEST_TIMEOUT_MS: durationMs(DEFAULT_REQUEST_TIMEOUT_MS),
@@ -111,8 +127,10 @@ export const schema = {
     MEMORY_LIMIT_BYTES: { type: 'integer', minimum: 0 },
     MAX_IN_FLIGHT_REQUESTS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_IN_FLIGHT_REQUESTS },
     MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },
+    ADMIN_MAX_CONNECTIONS: { type: 'integer', minimum: 4, maximum: 10_000, default: DEFAULT_ADMIN_MAX_CONNECTIONS },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
+    STATUS_FROM: { type: 'string', enum: STATUS_FROM, default: 'loopback' },
     STATE_DIR: { type: 'string' },
     ALLOWED_ROUTES: { type: 'string' },
     TEST_ORDERS: { type: 'boolean', default: false },

@@ -32,13 +32,6 @@ export interface EgressConnectionOptions {
   connectTimeoutMs: number
 }
 
-/** The Basic credentials of a proxy URL (RFC 9110 §11.7.1), or undefined. */
-function proxyAuthorization (url: URL): string | undefined {
-  if (url.username === '' && url.password === '') return undefined
-  const pair = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`
-  return `Basic ${Buffer.from(pair).toString('base64')}`
-}
-
 /** How to reach `target` (an origin or a URL): direct, through a CONNECT tunnel, or in absolute form. */
 export function egressConnection (target: string, route: Route, { connectTimeoutMs }: EgressConnectionOptions): EgressConnection {
   const url = new URL(target)
@@ -47,9 +40,9 @@ export function egressConnection (target: string, route: Route, { connectTimeout
   if (route.via === 'direct') {
     return { origin: url.origin, connect: direct, absoluteForm: undefined, close: async () => {} }
   }
-  const proxyUrl = new URL(route.proxy.href)
-  const authorization = proxyAuthorization(proxyUrl)
-  const proxyOrigin = proxyUrl.origin
+  // The credentials were decoded once, in config (config/egress-proxy.ts).
+  const authorization = route.proxy.authorization
+  const proxyOrigin = new URL(route.proxy.href).origin
   if (url.protocol === 'http:') {
     // Plain HTTP goes in absolute form through the proxy, which then sees the request.
     return {

@@ -1,91 +1,13 @@
-// The corporate egress proxy's settings: HTTPS_PROXY / HTTP_PROXY / NO_PROXY (and their
-// lower-case forms), read from the env object main.ts passes in, and which way each target
-// goes. Pure and light (config.ts and so every command load it): the connections through
-// the proxy are in egress-connection.ts.
+// Which way each target goes: through which egress proxy, or direct and why. Pure and light
+// (check-config loads it): the settings are parsed in config/egress-proxy.ts, the connections
+// through the proxy are in egress/connection.ts.
 import { BlockList, isIP } from 'node:net'
+import { defaultPort, type EgressProxy, type ProxyUrl } from '../config/egress-proxy.js'
 
-type Env = Record<string, string | undefined>
-
-export interface ProxyUrl {
-  /** The URL as given, credentials included: never log or show it (see `display`). */
-  readonly href: string
-  /** scheme://host:port: what logs, /status and check-config show. */
-  readonly display: string
-  /** The variable it came from. */
-  readonly from: string
-}
-
-export interface EgressProxy {
-  /** For https:// targets. */
-  readonly httpsProxy: ProxyUrl | undefined
-  /** For http:// targets. */
-  readonly httpProxy: ProxyUrl | undefined
-  /** NO_PROXY as given (hosts, never credentials), '' when unset. */
-  readonly noProxy: string
-}
-
-export const NO_EGRESS_PROXY: EgressProxy = Object.freeze({ httpsProxy: undefined, httpProxy: undefined, noProxy: '' })
-
-// Lower case first, as curl, wget, Python and undici read them (Go reads upper case first:
-// the two differ only when both are set, to different values).
-const NAMES = {
-  https: ['https_proxy', 'HTTPS_PROXY'],
-  http: ['http_proxy', 'HTTP_PROXY'],
-  no: ['no_proxy', 'NO_PROXY']
-} as const
-
-/** The standard variables read (upper-case spelling), outside the sidecar's own schema. */
-export const EGRESS_VARIABLES: readonly string[] = Object.values(NAMES).map((names) => names[1])
-
-function first (env: Env, names: readonly string[]): { name: string, value: string } | undefined {
-  for (const name of names) {
-    const value = env[name]?.trim()
-    if (value !== undefined && value !== '') return { name, value }
-  }
-  return undefined
-}
-
-/**
- * Reads the proxy variables from `env`. Each problem is pushed to `problems` (config.ts
- * reports them all at once); a message names the variable, never its value, which may
- * carry a password.
- */
-export function loadEgressProxy (env: Env, problems: string[]): EgressProxy {
-  return Object.freeze({
-    httpsProxy: proxyFrom(first(env, NAMES.https), problems),
-    httpProxy: proxyFrom(first(env, NAMES.http), problems),
-    noProxy: first(env, NAMES.no)?.value ?? ''
-  })
-}
-
-function proxyFrom (found: { name: string, value: string } | undefined, problems: string[]): ProxyUrl | undefined {
-  if (found === undefined) return undefined
-  const url = parseProxyUrl(found.value)
-  if (url === undefined) {
-    problems.push(`${found.name}: must be http://[user:password@]host[:port] or https://… (the value is not shown: it may hold a password)`)
-    return undefined
-  }
-  return Object.freeze({ href: url.href, display: proxyDisplayUrl(url), from: found.name })
-}
-
-/** A proxy URL; without a scheme, http:// is meant (as curl and Go read it). Only http: and https: proxies. */
-export function parseProxyUrl (value: string): URL | undefined {
-  let url: URL
-  try {
-    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(value) ? value : `http://${value}`)
-  } catch {
-    return undefined
-  }
-  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') return undefined
-  return url
-}
-
-/** scheme://host:port, the port made explicit: never the user or the password. */
-export function proxyDisplayUrl (url: URL): string {
-  return `${url.protocol}//${url.hostname}:${url.port === '' ? defaultPort(url.protocol) : url.port}`
-}
-
-export const defaultPort = (protocol: string): string => protocol === 'https:' ? '443' : '80'
+export {
+  defaultPort, EGRESS_VARIABLES, loadEgressProxy, NO_EGRESS_PROXY, parseProxyUrl, proxyDisplayUrl,
+  type EgressProxy, type ProxyUrl
+} from '../config/egress-proxy.js'
 
 // --- NO_PROXY -------------------------------------------------------------------------
 

@@ -218,11 +218,12 @@ export interface OverloadOptions {
 export interface OverloadManager {
   /**
    * Why a new request must be shed, or undefined: it is admitted and counted in flight, with
-   * BODY_COST times the body length its head announces (up to COUNTED_BODY_MAX_BYTES), until leave().
+   * BODY_COST times the body length its head announces (up to COUNTED_BODY_MAX_BYTES) and what
+   * its header fields cost (admission.ts headerCost), until leave().
    */
-  admit: (bodyBytes?: number) => ShedReason | undefined
-  /** An admitted request's answer closed (call once per admission, with the same body length). */
-  leave: (bodyBytes?: number) => void
+  admit: (bodyBytes?: number, headerBytes?: number) => ShedReason | undefined
+  /** An admitted request's answer closed (call once per admission, with the same lengths). */
+  leave: (bodyBytes?: number, headerBytes?: number) => void
   /** Bytes of a shed request's body were read and dropped: every DISCARD_COLLECT_BYTES, a young collection. */
   discarded: (bytes: number) => void
   /** Whether a new connection must be answered 503 and closed ('connections'), or undefined: it is counted open until disconnect(). */
@@ -346,23 +347,24 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   }
 
   return {
-    admit (bodyBytes = 0) {
+    admit (bodyBytes = 0, headerBytes = 0) {
       if (watching) {
         if (clock.now() - sampledAt >= ADMISSION_SAMPLE_MS) sample()
         else update()
       }
-      const reason: ShedReason | undefined = shedding || !fitsPrivate(REQUEST_COST + counted(bodyBytes)) ? 'memory' : atInFlightCap() ? 'in_flight' : undefined
+      const cost = counted(bodyBytes) + headerBytes
+      const reason: ShedReason | undefined = shedding || !fitsPrivate(REQUEST_COST + cost) ? 'memory' : atInFlightCap() ? 'in_flight' : undefined
       if (reason === undefined) {
         inFlight += 1
-        reserved += counted(bodyBytes)
+        reserved += cost
       } else {
         shed[reason].inc()
       }
       return reason
     },
-    leave (bodyBytes = 0) {
+    leave (bodyBytes = 0, headerBytes = 0) {
       inFlight -= 1
-      reserved -= counted(bodyBytes)
+      reserved -= counted(bodyBytes) + headerBytes
     },
     discarded (bytes) {
       discardedBytes += bytes

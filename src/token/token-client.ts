@@ -1,4 +1,4 @@
-import { request, type Dispatcher } from 'undici'
+import { Agent, request, type Dispatcher } from 'undici'
 import { TOKEN_PATH } from '../config/urls.js'
 import { EgressProxyAuthError, isEgressProxyError } from '../errors.js'
 
@@ -66,7 +66,11 @@ export interface TokenClientOptions {
   timeoutMs: number
   /** Called before every request, so rotated secret files are picked up (see credentials.ts). */
   credentials: () => Credentials | Promise<Credentials>
-  /** undici's global dispatcher when not given; through the egress proxy when one applies (app.ts). */
+  /**
+   * The sidecar's own (app.ts): direct or through the egress proxy, as its route says. Without
+   * it, an Agent of the client's own: never undici's global dispatcher, which NODE_USE_ENV_PROXY
+   * or another module may have replaced (the route shown must be the route taken).
+   */
   dispatcher?: Dispatcher
 }
 
@@ -85,7 +89,7 @@ export function tokenEndpointUrl (authUrl: string): string {
 }
 
 /** Makes one token request per call; the caller (token-manager) decides when. */
-export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher }: TokenClientOptions) {
+export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher = new Agent() }: TokenClientOptions) {
   const url = tokenEndpointUrl(authUrl)
 
   return async function fetchToken (): Promise<FetchedToken> {
@@ -99,7 +103,6 @@ export function createTokenClient ({ authUrl, timeoutMs, credentials, dispatcher
         headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
         body,
         signal,
-        // undefined: undici's global dispatcher (its own default).
         dispatcher
       })
     } catch (err) {

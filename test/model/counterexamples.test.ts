@@ -1,7 +1,8 @@
 // Schedules that broke the whole-path promise, one per case of issue 34 the model meets,
 // replayed by the model's runner (run.ts: the same fleet, the same checks after every step),
 // with nothing gated: each must hold. While its case is in KNOWN_OPEN (its fix not on main) the
-// test is a `todo`: it runs and reports, but does not fail.
+// test is a `todo`: it runs and reports, but does not fail. A replay fails only where its defect
+// is; on a busy machine a race or a window may be missed and an open case pass by luck.
 import t, { type Test } from 'tap'
 import { CASES, KNOWN_OPEN } from './known-open.js'
 import { runSchedule } from './run.js'

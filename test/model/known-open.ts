@@ -6,10 +6,9 @@ export const KNOWN_OPEN = new Set<string>([
   'case-1', // a cold fleet's misses meet the spent budget while the fleet fetches
   'case-2', // cached answers evict the budgets
   'case-3', // a restart or replacement forgets what was spent
-  'case-6', // stale refreshes not coalesced across the fleet
-  'case-7' // an entry of another layout fails its callers with a 500
+  'case-6' // stale refreshes not coalesced across the fleet
   // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
-  // waiters) hold since c7cb9df.
+  // waiters) hold since c7cb9df; case-7 (versioned entries: another layout is a miss) since ed7ca12.
 ])
 
 /** What each attributable case is, for reports. */

@@ -292,6 +292,8 @@ The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes
   value: {{ .Values.proxy.adminPort | int64 | quote }}
 - name: STATUS_ENDPOINT
   value: {{ .Values.proxy.statusEndpoint | quote }}
+- name: STATUS_FROM
+  value: {{ .Values.proxy.statusFrom | quote }}
 - name: TOKEN_TIMEOUT_MS
   value: {{ .Values.proxy.tokenTimeoutMs | int64 | quote }}
 - name: UPSTREAM_TIMEOUT_MS

@@ -1,0 +1,84 @@
+// The admin listener is bounded on its own (issue 35, case 1): beyond ADMIN_MAX_CONNECTIONS a new
+// connection gets 503 OVERLOADED and is closed, counted and logged once; its slow heads are cut
+// short; and it answers /livez while the proxy port sheds.
+import { connect, type Socket } from 'node:net'
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { ADMIN_HEADERS_TIMEOUT_MS, ADMIN_MAX_HEADER_BYTES } from '../../src/admin/server.js'
+import { loadConfig } from '../../src/config/load.js'
+import { startSidecar } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
+import { metricValue } from '../helpers/metrics.js'
+import { rawRequest, statusOf } from '../helpers/raw-http.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const BOUND = 4
+
+async function holdHead (t: Test, url: string): Promise<Socket> {
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  socket.on('error', () => {})
+  t.teardown(() => { socket.destroy() })
+  await new Promise((resolve) => socket.once('connect', resolve))
+  socket.write('GET /livez HTTP/1.1\r\nHost: x\r\n')
+  return socket
+}
+
+t.test('ADMIN_MAX_CONNECTIONS: default 64, 4 to 10000', async (t) => {
+  const base = { CLIENT_ID: 'a', CLIENT_SECRET: 'b', AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example' }
+  t.equal(loadConfig(base).adminMaxConnections, 64)
+  t.equal(loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '4' }).adminMaxConnections, 4)
+  t.throws(() => loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '3' }), /ADMIN_MAX_CONNECTIONS: must be at least 4/)
+  t.throws(() => loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '10001' }), /ADMIN_MAX_CONNECTIONS: must be at most 10000/)
+})
+
+t.test('beyond ADMIN_MAX_CONNECTIONS: 503 OVERLOADED and closed, counted, logged once; room again when one closes', async (t) => {
+  const upstream = await startUpstream(t)
+  const { adminUrl, proxyUrl, logs } = await startSidecar(t, upstream.url, { ADMIN_MAX_CONNECTIONS: String(BOUND) })
+  const held: Socket[] = []
+  for (let i = 0; i < BOUND; i++) held.push(await holdHead(t, adminUrl))
+  // Until the listener has counted the held ones, a probe may still be served (and closed).
+  let raw = ''
+  await eventually(t, 'the bound reached', async () => statusOf(raw = await rawRequest(adminUrl, 'GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 5000)) === 503)
+  t.equal(statusOf(raw), 503, 'the excess connection gets a status line')
+  t.match(raw, /\r\nconnection: close\r\n/)
+  t.match(raw, /"error":"OVERLOADED"/)
+  t.equal((await request(`${proxyUrl}/v2/store/a`)).statusCode, 200, 'the proxy port is not touched')
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'connections' }), 0, 'the proxy port\'s bound is its own')
+  held[0]?.destroy()
+  const served = await eventually(t, 'room again', async () => statusOf(await rawRequest(adminUrl, 'GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 5000)) === 200)
+  t.ok(served, 'a closed connection makes room')
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'admin_connections' }) >= 1, true, 'counted')
+  t.equal(logs.lines.filter((l) => l.includes('admin listener at ADMIN_MAX_CONNECTIONS')).length, 1, 'logged once')
+  t.ok(logs.text().includes('below ADMIN_MAX_CONNECTIONS again'), 'and its end')
+})
+
+t.test('the proxy port shedding on connections: /livez, /readyz and /metrics still answered', async (t) => {
+  const upstream = await startUpstream(t)
+  const { adminUrl, proxyUrl, app } = await startSidecar(t, upstream.url, { MAX_CONNECTIONS: '2' })
+  await holdHead(t, proxyUrl)
+  await holdHead(t, proxyUrl)
+  await eventually(t, 'the proxy port at its bound', () => app.overload.status().connections === 2)
+  t.equal(statusOf(await rawRequest(proxyUrl, 'GET /v2/store/a HTTP/1.1\r\nHost: x\r\n\r\n', 5000)), 503, 'the proxy port sheds')
+  for (const path of ['/livez', '/readyz', '/metrics']) t.equal((await request(adminUrl + path)).statusCode, 200, `${path} answered`)
+})
+
+t.test('an admin head larger than ADMIN_MAX_HEADER_BYTES gets 431; one not valid HTTP 400', async (t) => {
+  const upstream = await startUpstream(t)
+  const { adminUrl } = await startSidecar(t, upstream.url)
+  const big = await rawRequest(adminUrl, `GET /livez HTTP/1.1\r\nHost: x\r\nX-Pad: ${'a'.repeat(ADMIN_MAX_HEADER_BYTES)}\r\n\r\n`, 5000)
+  t.equal(statusOf(big), 431)
+  t.equal(statusOf(await rawRequest(adminUrl, 'NOT HTTP\r\n\r\n', 5000)), 400)
+})
+
+t.test('a slow admin head is cut after ADMIN_HEADERS_TIMEOUT_MS with 408', async (t) => {
+  const upstream = await startUpstream(t)
+  const { adminUrl } = await startSidecar(t, upstream.url)
+  const socket = await holdHead(t, adminUrl)
+  let answer = ''
+  socket.setEncoding('latin1').on('data', (chunk: string) => { answer += chunk })
+  const started = Date.now()
+  await new Promise((resolve) => socket.once('close', resolve))
+  t.equal(statusOf(answer), 408, 'a status line')
+  t.ok(Date.now() - started < ADMIN_HEADERS_TIMEOUT_MS + 3_000, 'within the admin header timeout and a check')
+})
