@@ -303,7 +303,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         if (starting) firstGraceUntil = graceUntil
         learn(reply)
         // Stryker disable next-line all: reported only (memory-policy.ts; test/budgets/eviction-policy.test.ts)
-        void redis.memoryPolicy().then(memory.note, () => {})
+        void Promise.resolve().then(redis.memoryPolicy).then(memory.note, () => {})
         await shareCooldowns()
         const was = state
         setState('shared')

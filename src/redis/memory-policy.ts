@@ -32,7 +32,8 @@ export async function readMemoryPolicy (client: Pick<Redis, 'config'>): Promise<
 export function createMemoryPolicyReport (log: Logger, metrics: Metrics, displayUrl: string) {
   let current: MemoryPolicy | undefined
   return {
-    note (next: MemoryPolicy): void {
+    note (next: MemoryPolicy | undefined): void {
+      if (next === undefined) return
       const changed = current === undefined || current.policy !== next.policy || current.evicting !== next.evicting
       current = next
       metrics.rateLimitRedisEvicting?.set(next.evicting === undefined ? -1 : next.evicting ? 1 : 0)

@@ -55,6 +55,7 @@ export function scriptedRedis () {
     onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
     async connect () { return s.down === undefined },
     async ping () { calls.push('ping'); return s.down === undefined },
+    async memoryPolicy () { return { policy: 'noeviction', maxBytes: 0, evicting: false } },
     lastError: () => s.lastError,
     describe: (err: unknown) => err instanceof Error ? err.message : String(err),
     async close () {}
