@@ -1,9 +1,10 @@
-// The sidecar in one file: esbuild bundles src/main.ts and every runtime dependency into
-// dist/main.bundle.js (ESM), with its source map beside it (dist/main.bundle.js.map, naming
-// src/*.ts) and the dependencies' licence notices (dist/main.bundle.js.LEGAL.txt). Node then
-// reads and compiles one file instead of resolving some 60 packages file by file; with Node's
-// compile cache filled for it (scripts/fill-compile-cache.mjs), it is ready with about a third
-// less CPU than dist/main.js (bench/README.md, "Start-up").
+// The sidecar in one file, as the image runs it: esbuild bundles src/main.ts and every runtime
+// dependency into dist/bundle/main.js (ESM), with its source map beside it (main.js.map, naming
+// src/*.ts) and the dependencies' licence notices (main.js.LEGAL.txt). Node then reads and
+// compiles one file instead of resolving some 60 packages file by file: it is ready with about
+// a third less CPU than dist/main.js (docs/performance.md). Two levels below package.json, like
+// dist/config/build-info.js, so that the version and dist/REVISION are read from the same
+// relative paths.
 //
 //   npm run bundle [OUTFILE]     (esbuild reads src/ itself: npm run build is not needed)
 //
@@ -12,9 +13,9 @@
 import { builtinModules, isBuiltin } from 'node:module'
 import { build } from 'esbuild'
 
-const OUTFILE = process.argv[2] ?? 'dist/main.bundle.js'
+const OUTFILE = process.argv[2] ?? 'dist/bundle/main.js'
 
-// src/ loads a few modules lazily through `createRequire(import.meta.url)` (env-schema on
+// src/ loads a few modules lazily through `createRequire(import.meta.url)` (Ajv on
 // first use, node:http for the healthcheck), which esbuild cannot follow: a call of a local
 // `require` is not an import. This plugin drops that one declaration in src/, so the calls go
 // to esbuild's own `require`: bundled CommonJS packages are inlined and still run only when

@@ -1,4 +1,4 @@
-// Fills Node's compile cache for the bundle (dist/main.bundle.js) by starting it the way a
+// Fills Node's compile cache for the bundle (dist/bundle/main.js) by starting it the way a
 // pod does, until ready, and stopping it: node writes the entry to CACHE_DIR as it exits
 // (NODE_COMPILE_CACHE). Run it with the node binary and flags that will run the bundle:
 //
@@ -27,7 +27,7 @@ const READY_TIMEOUT_MS = 30_000
 const DEMO_CLIENT_ID = 'demo-client'
 const DEMO_CLIENT_SECRET = 'Zm9v+YmFy/c2VjcmV0='
 
-const [cacheArg, bundleArg = 'dist/main.bundle.js'] = process.argv.slice(2)
+const [cacheArg, bundleArg = 'dist/bundle/main.js'] = process.argv.slice(2)
 if (cacheArg === undefined) {
   process.stderr.write('usage: node [flags] scripts/fill-compile-cache.mjs CACHE_DIR [BUNDLE]\n')
   process.exit(2)

@@ -20,6 +20,10 @@ import { createOverloadManager, type OverloadManager } from './overload/manager.
 import proxy, { observeExchange } from './proxy/plugin.js'
 import { createQuotaGuard, type QuotaGuard } from './quota/guard.js'
 import { exportBudgets } from './quota/rate-limit-fields.js'
+import type { TracingConfig } from './config/tracing.js'
+import type { Tracing } from './tracing/index.js'
+import type { RequestTracing } from './tracing/request.js'
+import { logTraceFields } from './logger.js'
 import type { FleetStore, FleetTiming } from './quota/fleet-store.js'
 import { createLedger } from './quota/ledger.js'
 import { createLedgerWriter, readLedgerFile, restoreLedger } from './quota/ledger-file.js'
@@ -113,7 +117,17 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   const idempotency = await createIdempotency(config, {
     log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
   })
-  const proxyServer = await createProxyServer(config, log, { tokens, metrics, upstream, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }) })
+  const tracing = config.tracing === undefined ? undefined : await startTracingFor(config, config.tracing, metrics, version)
+  const proxyServer = await createProxyServer(config, log, {
+    tokens,
+    metrics,
+    upstream,
+    quota,
+    overload,
+    ...(cache === undefined ? {} : { cache }),
+    ...(idempotency === undefined ? {} : { idempotency }),
+    ...(tracing === undefined ? {} : { tracing: tracing.requests })
+  })
 
   let draining = false
   let closing: Promise<void> | undefined
@@ -164,6 +178,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     await upstream.close()
     await closeTokenEgress()
     await admin.close()
+    await tracing?.shutdown()
   }
 }
 
@@ -302,10 +317,10 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
   return { ledger, member, save: writer.save }
 }
 
-interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage }
+interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage, tracing?: RequestTracing }
 
 /** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
-async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency }: ProxyParts): Promise<FastifyInstance> {
+async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency, tracing }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
     loggerInstance: proxyLog as FastifyBaseLogger,
@@ -377,22 +392,40 @@ async function createProxyServer (config: Config, log: Logger, { tokens, metrics
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
+  // Tracing (src/tracing/): a server span from the request's first hook; the proxy's parts wrapped.
+  if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
   if (config.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)
-  admitRequests(proxyServer, { overload, metrics, accessLog: config.accessLog, maxHeaderCount: config.maxHeaderCount, maxBodyBytes: config.maxBodyBytes })
+  admitRequests(proxyServer, { overload, metrics, accessLog: config.accessLog, maxHeaderCount: config.maxHeaderCount, maxBodyBytes: config.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
   enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
   await proxyServer.register(proxy, {
     upstreamUrl: config.upstreamUrl,
     tokens,
     metrics,
-    upstream: config.policy.testOrders ? testOrderUpstream(upstream, config.upstreamUrl) : upstream,
+    // Traced closest to the pool: a client span per send that reaches it.
+    upstream: config.policy.testOrders ? testOrderUpstream(tracing?.wrapUpstream(upstream) ?? upstream, config.upstreamUrl) : (tracing?.wrapUpstream(upstream) ?? upstream),
     accessLog: config.accessLog,
     maxBodyBytes: config.maxBodyBytes,
-    quota,
+    quota: tracing?.wrapQuota(quota) ?? quota,
     rateLimitHeaders: config.rateLimitHeaders,
-    ...(cache === undefined ? {} : { cache }),
-    ...(idempotency === undefined ? {} : { idempotency })
+    ...(cache === undefined ? {} : { cache: tracing?.wrapCache(cache) ?? cache }),
+    ...(idempotency === undefined ? {} : { idempotency }),
+    ...(tracing === undefined ? {} : { tracing })
   })
   return proxyServer
+}
+
+/**
+ * OpenTelemetry, loaded with a dynamic import() only when an OTLP endpoint is set: with tracing
+ * off the sidecar loads none of it (test/tracing/loaded-modules.test.ts).
+ */
+async function startTracingFor (config: Config, tracingConfig: TracingConfig, metrics: Metrics, version: string): Promise<Tracing> {
+  const { startTracing } = await import('./tracing/index.js')
+  const route = routeFor(config.upstreamUrl, config.egressProxy)
+  const tracing = startTracing(tracingConfig, {
+    metrics, version, upstreamUrl: config.upstreamUrl, egressRoute: route.via === 'direct' ? `direct (${route.why})` : `proxy ${route.proxy.display}`
+  })
+  logTraceFields(tracing.requests.logFields)
+  return tracing
 }

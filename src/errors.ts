@@ -1,8 +1,15 @@
-import { ServerResponse, STATUS_CODES } from 'node:http'
+import type * as Http from 'node:http'
+import type { ServerResponse } from 'node:http'
+import { createRequire } from 'node:module'
 import type { Duplex } from 'node:stream'
 import createError from '@fastify/error'
 import type { FastifyError, FastifyReply } from 'fastify'
 import type { Metrics } from './metrics.js'
+
+// node:http through require(), not an ESM import: the ESM facade of a builtin reads every
+// export, and node:http's lazy WebSocket getters load Node's own copy of undici, which the
+// sidecar never calls (src/cli/undici-globals.ts).
+const http = createRequire(import.meta.url)('node:http') as typeof Http
 
 // Every answer the sidecar itself produces on the proxy port, each with a stable code:
 // the catalogue, the mapping from upstream failures to it, and sendError, which writes
@@ -167,7 +174,7 @@ export function sendError (
   const status = error.statusCode ?? 500
   const body: ErrorBody = { error: error.code, message: error.message }
   metrics.errors.inc({ code: error.code })
-  if (!(to instanceof ServerResponse) && 'raw' in to) {
+  if (!(to instanceof http.ServerResponse) && 'raw' in to) {
     if (retryAfter !== undefined) to.header('retry-after', String(retryAfter))
     to.code(status).type('application/json').send(body)
     return
@@ -175,12 +182,12 @@ export function sendError (
   const json = JSON.stringify(body)
   const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), connection: 'close' }
   if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter)
-  if (to instanceof ServerResponse) {
+  if (to instanceof http.ServerResponse) {
     to.writeHead(status, headers)
     to.end(json)
   } else if (to.writable) {
     const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
-    to.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`)
+    to.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`)
   }
 }
 

@@ -13,12 +13,23 @@ export const REDACT_PATHS = [
   ...SENSITIVE_FIELDS.flatMap((f) => [f, `*.${f}`])
 ]
 
+type TraceFields = (logger: object) => { trace_id: string, span_id: string } | undefined
+let traceFields: TraceFields = () => undefined
+/**
+ * With tracing on (src/tracing/request.ts): the trace and span ids of the request a line is
+ * logged for, added to it by the mixin below. `undefined` turns them off again.
+ */
+export function logTraceFields (fields: TraceFields | undefined): void {
+  traceFields = fields ?? (() => undefined)
+}
+
 /** The one logger setup: pino JSON, redacted, to stdout unless a stream is given (tests, pretty). */
 export function createLogger (level: LogLevel, destination?: DestinationStream): Logger {
   const options = {
     level,
     base: { service: 'store-auth-proxy' },
-    redact: { paths: REDACT_PATHS, censor: '[redacted]' }
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    mixin: (_fields: object, _level: number, logger: Logger): object => traceFields(logger) ?? {}
   }
   return destination === undefined ? pino(options) : pino(options, destination)
 }

@@ -75,6 +75,7 @@ export function createMetrics ({ defaultMetrics = true, buildInfo = currentBuild
     ...cacheMetrics(registry),
     ...overloadMetrics(registry),
     ...budgetMetrics(registry),
+    ...traceMetrics(registry),
     ...orderMetrics(registry)
   }
   buildInfoMetric(registry, buildInfo)
@@ -392,5 +393,22 @@ function budgetMetrics (registry: Registry) {
     rateLimitQuota,
     /** What rate_limit_remaining is read from at each scrape. */
     readBudgets (fn: () => Promise<void>): void { read = fn }
+  }
+}
+
+/** OpenTelemetry tracing (src/tracing/): spans exported, and dropped rather than let a request wait. */
+function traceMetrics (registry: Registry) {
+  return {
+    traceSpansExported: new Counter({
+      name: `${METRIC_PREFIX}trace_spans_exported_total`,
+      help: 'Spans the OTLP exporter delivered to the collector.',
+      registers: [registry]
+    }),
+    traceSpansDropped: new Counter({
+      name: `${METRIC_PREFIX}trace_spans_dropped_total`,
+      help: 'Spans dropped, by reason: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans already wait for the collector) or export_failed (the collector refused, failed or was too slow).',
+      labelNames: ['reason'] as const,
+      registers: [registry]
+    })
   }
 }

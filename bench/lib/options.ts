@@ -8,7 +8,7 @@ export const BENCH_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 /** The repository (or the built copy) the harness belongs to. */
 export const REPO = resolve(BENCH_DIR, '..', '..')
 /** The one-file bundle `--bundle` measures (`npm run bundle`, scripts/bundle.mjs). */
-export const BUNDLE = join(REPO, 'dist', 'main.bundle.js')
+export const BUNDLE = join(REPO, 'dist', 'bundle', 'main.js')
 export const MIB = 1024 * 1024
 
 export interface Sidecar {
@@ -71,7 +71,7 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                           or a script instead of DIR, e.g. a floor: dist/bench/floors/node-floor.js;
                           @NODE runs this one with another node binary, and flags: @"/path/node --flag"
                           (without @NODE: the node flags of DIR's "npm start", as shipped)
-  --bundle                also measure the bundle (dist/main.bundle.js, npm run bundle) as shipped in the
+  --bundle                also measure the bundle (dist/bundle/main.js, npm run bundle) as shipped in the
                           image: sidecar-bundle (no compile cache), sidecar-bundle-cache (Node's compile
                           cache filled first by scripts/fill-compile-cache.mjs, as an image build would)
                           and sidecar-bundle-cache-srcmaps (the same with --enable-source-maps)

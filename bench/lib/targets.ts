@@ -1,5 +1,5 @@
 // What the load generator talks to, and how each is started and pinned: direct (the
-// upstream itself), a sidecar build (DIR/dist/main.js), the bundle (dist/main.bundle.js, with
+// upstream itself), a sidecar build (DIR/dist/main.js), the bundle (dist/bundle/main.js, with
 // or without the compile cache filled for it) or a floor script (bench/floors/*.js), run by
 // the node binary and flags given, and nginx. Every proxy runs on the proxy core.
 import { spawnSync } from 'node:child_process'

@@ -18,7 +18,7 @@ const runs = runsAt === -1 ? 5 : Number(args[runsAt + 1])
 const given = args.filter((a, i) => !a.startsWith('--') && (runsAt === -1 || i !== runsAt + 1))
 const specifiers = given.length > 0
   ? given
-  : ['node:http', 'close-with-grace', 'pino', 'prom-client', 'env-schema', 'undici', 'fastify', '@fastify/http-proxy',
+  : ['node:http', 'close-with-grace', 'pino', 'prom-client', 'ajv', 'undici', 'fastify', '@fastify/http-proxy',
       join(REPO, 'dist', 'config', 'load.js'), join(REPO, 'dist', 'logger.js'), join(REPO, 'dist', 'app.js')]
 
 // The child: import one specifier between two readings; one JSON line.

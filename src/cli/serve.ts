@@ -11,9 +11,11 @@ import { redisDisplayUrl } from '../config/rate-limits.js'
 import { buildInfo } from '../config/build-info.js'
 import { plainHttpWarnings } from '../config/warnings.js'
 import { configOrExit, listenOrExit } from './exit.js'
+import { loadUndici } from './undici-globals.js'
 
 /** The sidecar's configuration, loaded on demand: it imports the token client, and with it undici. */
 export async function loadSidecarConfig (env: Env): Promise<Config> {
+  await loadUndici()
   const { loadConfig } = await import('../config/load.js')
   return configOrExit(() => loadConfig(env))
 }

@@ -7,6 +7,7 @@ import { ConfigError, defaultReadFileSync, parseEnv, schemaProblems, type Env, t
 import { MIN_MEMORY_LIMIT_BYTES, schema, type LogFormat, type LogLevel, type RawEnv, type StatusFrom } from './schema.js'
 import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
 import { checkOrders, type RoutePolicy } from './orders.js'
+import { loadTracing, type TracingConfig } from './tracing.js'
 
 export interface Config {
   readonly authUrl: string
@@ -68,6 +69,8 @@ export interface Config {
   readonly stateDir: string | undefined
   /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
   readonly policy: RoutePolicy
+  /** OpenTelemetry tracing (OTEL_*, src/config/tracing.ts); undefined: off. */
+  readonly tracing: TracingConfig | undefined
 }
 
 /**
@@ -98,6 +101,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   }
   const egressProxy = loadEgressProxy(env, problems)
   const orders = checkOrders(raw, problems)
+  const tracing = loadTracing(env, problems)
 
   if (problems.length > 0 || authUrl === undefined || upstreamUrl === undefined ||
       clientId === undefined || clientSecret === undefined || rateLimits === undefined) {
@@ -142,7 +146,8 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
     egressProxy,
     rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
     stateDir: orders.stateDir,
-    policy: orders.policy
+    policy: orders.policy,
+    tracing
   })
 }
 

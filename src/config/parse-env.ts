@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module'
-import type EnvSchema from 'env-schema'
+import type { Ajv, ValidateFunction } from 'ajv'
 import { readSecretFileSync, SecretFileError } from './secret-file.js'
 import { MAX_DURATION_MS, NODE_TIMER_MAX_MS, type EnvOf } from './schema.js'
 
@@ -22,16 +22,40 @@ export class ConfigError extends Error {
   }
 }
 
-// env-schema compiles Ajv's meta-schema as it loads (some 50 ms): it is loaded on first
-// use, so that `main.js healthcheck`, which container runtimes run every few seconds,
-// does not pay for it.
+// Ajv with env-schema's options (which typed the environment before): env-schema also compiles
+// Ajv's meta-schema and a schema of its own options as it loads, 50 ms of every start and some
+// 3 MiB held for good (docs/performance.md). Loaded on first use, so that `main.js healthcheck`,
+// which container runtimes run every few seconds, does not pay for it; each schema is compiled
+// once.
 const require = createRequire(import.meta.url)
-let loadedEnvSchema: typeof EnvSchema | undefined
+let ajv: Ajv | undefined
+const compiled = new WeakMap<object, ValidateFunction>()
 
-/** Types and defaults `env` by `schema`; throws env-schema's error (see schemaProblems). */
+function validatorFor (schema: object): ValidateFunction {
+  const known = compiled.get(schema)
+  if (known !== undefined) return known
+  ajv ??= new (require('ajv') as { Ajv: typeof Ajv }).Ajv({
+    allErrors: true,
+    // Only the schema's variables come out; defaults filled in, strings made numbers and booleans.
+    removeAdditional: true,
+    useDefaults: true,
+    coerceTypes: true,
+    allowUnionTypes: true,
+    addUsedSchema: false,
+    // The schemas are this project's own: Ajv's strict mode still refuses an unknown keyword.
+    validateSchema: false
+  })
+  const validate = ajv.compile({ ...schema, additionalProperties: false })
+  compiled.set(schema, validate)
+  return validate
+}
+
+/** Types and defaults `env` by `schema`; throws an error carrying Ajv's errors (see schemaProblems). */
 export function parseEnv<S extends object> (schema: S, env: Env): EnvOf<S> {
-  loadedEnvSchema ??= require('env-schema') as typeof EnvSchema
-  return loadedEnvSchema<EnvOf<S>>({ schema: structuredClone(schema) as object, data: { ...env }, env: false, dotenv: false })
+  const data = { ...env }
+  const validate = validatorFor(schema)
+  if (!validate(data)) throw Object.assign(new Error('the environment does not match the schema'), { errors: validate.errors })
+  return data as EnvOf<S>
 }
 
 /** Like parseEnv, but a schema violation becomes a ConfigError. */

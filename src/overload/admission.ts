@@ -77,6 +77,8 @@ export interface AdmissionOptions {
   maxHeaderCount: number
   /** MAX_BODY_BYTES: a longer announced body gets no 100 (the proxy stage answers 413). */
   maxBodyBytes: number
+  /** With tracing on: each decision, on the request's span (src/tracing/request.ts). */
+  traced?: (res: ServerResponse, reason: string | undefined) => void
 }
 
 /**
@@ -87,7 +89,7 @@ export interface AdmissionOptions {
  * discarded, keeping the connection, and the manager is told how much (OverloadManager.discarded):
  * discarded reads are garbage that only a collection frees.
  */
-export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxBodyBytes }: AdmissionOptions): void {
+export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxBodyBytes, traced }: AdmissionOptions): void {
   server.addHook('onRequest', function admit (request, reply, done) {
     const req = request.raw
     if (tooManyHeaders(req, maxHeaderCount)) {
@@ -100,6 +102,7 @@ export function admitRequests (server: FastifyInstance, { overload, metrics, acc
     const bodyBytes = Number(request.headers['content-length'] ?? 0)
     const headerBytes = headerCost(req.rawHeaders)
     const reason = overload.admit(bodyBytes, headerBytes)
+    traced?.(reply.raw, reason)
     if (reason === undefined) {
       reply.raw.once('close', () => { overload.leave(bodyBytes, headerBytes) })
       if (expectsContinue.has(req) && !(maxBodyBytes > 0 && bodyBytes > maxBodyBytes)) reply.raw.writeContinue()

@@ -22,6 +22,7 @@ import type { CacheResult, ReadCache } from '../cache/read-cache.js'
 import type { Token, TokenManager } from '../token/token-manager.js'
 import type { IdempotencyStage } from '../idempotency/stage.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
+import type { RequestTracing } from '../tracing/request.js'
 
 /** What the sidecar knows about one caller's exchange, from arrival to the close of its answer. */
 export interface Exchange {
@@ -86,6 +87,8 @@ export interface ProxyOptions {
   idempotency?: IdempotencyStage
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on every answer of a budgeted rule (src/quota/rate-limit-fields.ts). */
   rateLimitHeaders?: boolean
+  /** With tracing on: the token waits as spans (src/tracing/request.ts; the rest is wrapped in app.ts). */
+  tracing?: Pick<RequestTracing, 'tokenWait'>
 }
 
 /**
@@ -211,7 +214,9 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       done()
       return
     }
-    tokens.get().then((fresh) => {
+    const waiting = tokens.get()
+    options.tracing?.tokenWait(request, waiting)
+    waiting.then((fresh) => {
       request.token = fresh
       done()
     }, done)

@@ -97,9 +97,9 @@ t.test('healthcheck loads none of the sidecar\'s stack (container runtimes run i
   const report = /^loaded packages: (.*)$/m.exec(check.stderr())
   t.ok(report, 'the preload reported')
   const loaded = report?.[1]?.split(',') ?? []
-  for (const heavy of ['fastify', 'undici', 'pino', 'env-schema', 'ajv', 'prom-client']) t.notOk(loaded.includes(heavy), `${heavy} not loaded`)
+  for (const heavy of ['fastify', 'undici', 'pino', 'ajv', 'prom-client']) t.notOk(loaded.includes(heavy), `${heavy} not loaded`)
 
   const config = runMain(t, ['check-config'], { AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_ID, CLIENT_SECRET }, ['--require', LOADED_PACKAGES])
   t.equal(await config.exited, 0)
-  t.match(config.stderr(), /^loaded packages: .*env-schema/m, 'the report sees what a command loads')
+  t.match(config.stderr(), /^loaded packages: .*ajv/m, 'the report sees what a command loads')
 })

@@ -19,7 +19,7 @@ const read = (file: string): string => readFileSync(join(ROOT, file), 'utf8')
 t.test('the Dockerfile runs node with the launcher\'s flags and GLIBC_TUNABLES', async (t) => {
   const runtime = read('Dockerfile').slice(read('Dockerfile').lastIndexOf('\nFROM '))
   t.equal(/^ENV GLIBC_TUNABLES=(\S+)$/m.exec(runtime)?.[1], GLIBC_TUNABLES)
-  t.same(JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1] ?? 'null'), ['/nodejs/bin/node', ...NODE_FLAGS, '/app/dist/main.js'])
+  t.same(JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1] ?? 'null'), ['/nodejs/bin/node', ...NODE_FLAGS, '/app/dist/bundle/main.js'])
   t.equal((JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts.start, 'node dist/launch.js', 'npm start is the launcher')
 })
 

@@ -1,7 +1,8 @@
 // Loaded with --import into a process a test spawns: records every module the process
 // resolves, ES modules and require() alike, Node's builtins included (module.registerHooks
-// sees both loaders), and writes them, one URL a line, to LOADED_MODULES_OUT as the process
-// exits. test/startup/loaded-modules.test.ts reads the list.
+// sees both loaders), and Node's own copy of undici (node:internal/deps/undici/undici, which no
+// hook sees: from process.moduleLoadList), and writes them, one URL a line, to
+// LOADED_MODULES_OUT as the process exits. test/startup/loaded-modules.test.ts reads the list.
 import { writeFileSync } from 'node:fs'
 import { registerHooks } from 'node:module'
 
@@ -14,4 +15,5 @@ registerHooks({
     return resolved
   }
 })
-if (out !== undefined) process.once('exit', () => { writeFileSync(out, [...loaded].join('\n') + '\n') })
+const internal = () => process.moduleLoadList.filter((m) => m.includes('deps/undici')).map((m) => `node:${m.split(' ').pop()}`)
+if (out !== undefined) process.once('exit', () => { writeFileSync(out, [...loaded, ...internal()].join('\n') + '\n') })

@@ -40,19 +40,22 @@ t.test('case-2: entries written to an evicting Redis push out the catalog\'s tal
   ])
 })
 
-t.test('case-3: a sidecar cut off spends its share, is restarted, and the share is spent twice', async (t) => {
-  // Orders 3/4s, fleet of 3 (share 1): A, cut off, waits out a window and sends its one; A
-  // restarts before Redis hears of it; healed, B and C send 3 more: 4 within 4 s.
-  await holds(t, 'case-3', 3, [
-    { op: 'partition', s: 0, how: 'cut' },
-    { op: 'wait', ms: 5000 },
-    { op: 'burst', path: 'orders', callers: together(2, () => 0) },
-    { op: 'restart', s: 0 },
-    { op: 'heal' },
-    { op: 'settle' },
-    { op: 'burst', path: 'orders', callers: together(4, (i) => 1 + (i % 2)) }
-  ])
-})
+for (const how of ['restart', 'replace'] as const) {
+  t.test(`case-3: a sidecar cut off spends its share, is ${how === 'restart' ? 'restarted' : 'replaced'}, and the share is not spent twice`, async (t) => {
+    // Orders 3/4s, fleet of 3 (share 1): A, cut off, waits out a window and sends its one; A
+    // is restarted (its STATE_DIR kept) or replaced (a new pod: an empty one) before Redis
+    // hears of it; healed, B and C must not send 3 more within the window: 4 within 4 s.
+    await holds(t, how === 'restart' ? 'case-3' : 'case-3-replace', 3, [
+      { op: 'partition', s: 0, how: 'cut' },
+      { op: 'wait', ms: 5000 },
+      { op: 'burst', path: 'orders', callers: together(2, () => 0) },
+      { op: how, s: 0 },
+      { op: 'heal' },
+      { op: 'settle' },
+      { op: 'burst', path: 'orders', callers: together(4, (i) => 1 + (i % 2)) }
+    ])
+  })
+}
 
 t.test('case-4: the token lapsed with the OAuth API down; the stored catalog is served anyway', async (t) => {
   await holds(t, 'case-4', 2, [

@@ -5,17 +5,21 @@
 export const KNOWN_OPEN = new Set<string>([
   'case-1', // a cold fleet's misses meet the spent budget while the fleet fetches
   'case-2', // cached answers evict the budgets
-  'case-3', // a restart or replacement forgets what was spent
+  // A pod replaced (a new, empty STATE_DIR) while cut off: its predecessor's sends are lost and
+  // its share spent twice. docs/quota-guard.md says the others keep that share free; they do not.
+  'case-3-replace',
   'case-6' // stale refreshes not coalesced across the fleet
   // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
-  // waiters) hold since c7cb9df; case-7 (versioned entries: another layout is a miss) since ed7ca12.
+  // waiters) hold since c7cb9df; case-3 for a restart (the ledger in STATE_DIR) since 68e0221;
+  // case-7 (versioned entries: another layout is a miss) since ed7ca12.
 ])
 
 /** What each attributable case is, for reports. */
 export const CASES: Record<string, string> = {
   'case-1': 'a caller of a key under fetch got a budget refusal',
   'case-2': 'over the budget at TI with Redis evicting under maxmemory',
-  'case-3': 'over the budget at TI after a sidecar restart or replacement',
+  'case-3': 'over the budget at TI after a sidecar restart',
+  'case-3-replace': 'over the budget at TI after a sidecar cut off was replaced by a new pod',
   'case-4': 'a fresh or in-stale= answer refused while the token had lapsed',
   'case-5': 'no status line within the deadline while a fetch of the key failed or hung',
   'case-6': 'two sidecars refreshed one stale key at TI at once',

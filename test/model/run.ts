@@ -131,9 +131,10 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       if (worst.count <= r.n) continue
       const from = worst.from - r.windowMs
       const to = worst.from + r.windowMs
+      const cycled = (kind: FaultKind): boolean => during(from - r.windowMs, to, (i) => i.kind === kind)
       const cause = during(from, to, (i) => i.kind === 'evict')
         ? 'case-2'
-        : during(from - r.windowMs, to, (i) => i.kind === 'restart' || i.kind === 'replace') ? 'case-3' : undefined
+        : cycled('replace') ? 'case-3-replace' : cycled('restart') ? 'case-3' : undefined
       violate({
         check: 'never-over',
         case: cause,
