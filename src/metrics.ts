@@ -213,6 +213,8 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
   const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
     'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more; 0: unknown.')
   const rateLimitFleetPresent = fleetGauge('rate_limit_fleet_present', 'Sidecars on this credential present in Redis at the last contact.')
+  const rateLimitRedisEvicting = fleetGauge('rate_limit_redis_evicting',
+    '1 when the rate-limit Redis may evict keys (maxmemory set, a policy other than noeviction), 0 when not, -1 when it does not tell.')
   const rateLimitFleetDeclared = fleetGauge('rate_limit_fleet_declared',
     'RATE_LIMIT_FLEET_SIZE (0: unset); fewer than rate_limit_fleet_present breaks the guarantee while cut off from Redis.')
   const rateLimitRedisDataLost = rateLimitRedis
@@ -234,6 +236,7 @@ function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
     rateLimitFleetSize,
     rateLimitFleetPresent,
     rateLimitFleetDeclared,
+    rateLimitRedisEvicting,
     rateLimitRedisDataLost
   }
 }

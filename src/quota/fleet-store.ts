@@ -21,6 +21,7 @@ import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import { createLedger, type Ledger, type OpenSend } from './ledger.js'
 import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
+import { createMemoryPolicyReport, type MemoryPolicy } from '../redis/memory-policy.js'
 import { redisAuthProblem, type Member, type ReassertLimit, type RedisStore } from './redis-backend.js'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, UPSTREAM_SCOPE, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
@@ -53,6 +54,8 @@ export interface FleetStatus {
   problem: string | undefined
   /** Settling on its first contact: the sidecar has never had a tally it could trust (holds /readyz). */
   starting: boolean
+  /** Whether Redis may evict budget keys, as read at the last connection (undefined: not yet read). */
+  memory?: MemoryPolicy | undefined
 }
 
 export interface FleetStoreOptions {
@@ -85,6 +88,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const bornAt = clock.now()
   /** Scopes whose cool-downs every heartbeat reads from Redis. */
   const scopes = [...rules.map((r) => r.id), UPSTREAM_SCOPE]
+  const memory = createMemoryPolicyReport(log, metrics, redis.displayUrl)
 
   let state: FleetState = 'connecting'
   /** RATE_LIMIT_FLEET_SIZE, or the sidecars present at the last contact if more (a restart overlapping its earlier run). */
@@ -298,6 +302,8 @@ export function createFleetStore (options: FleetStoreOptions) {
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         if (starting) firstGraceUntil = graceUntil
         learn(reply)
+        // Stryker disable next-line all: reported only (memory-policy.ts; test/budgets/eviction-policy.test.ts)
+        void Promise.resolve().then(redis.memoryPolicy).then(memory.note, () => {})
         await shareCooldowns()
         const was = state
         setState('shared')
@@ -397,7 +403,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     displayUrl: redis.displayUrl,
     status (): FleetStatus {
       const settling = state === 'shared' && clock.now() < graceUntil
-      return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === firstGraceUntil }
+      return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === firstGraceUntil, memory: memory.current() }
     },
     /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => shareOf(limit),

@@ -54,7 +54,8 @@ export interface RateLimitStatus {
   backend: 'memory' | 'redis'
   /** Budgets are shared through Redis but it cannot be used now: each sidecar spends only its share. */
   degraded: boolean
-  redis: { url: string, up: boolean, problem: string | null } | null
+  /** `maxmemoryPolicy` as read at the last connection (null: refused or not yet read); `evicting`: budget keys may be evicted (null: unknown). */
+  redis: { url: string, up: boolean, problem: string | null, maxmemoryPolicy?: string | null, evicting?: boolean | null } | null
   /** `declared`: RATE_LIMIT_FLEET_SIZE (0: unset); `overDeclared`: more present than declared (the guarantee's first assumption broken). */
   fleet: { size: number, present: number, declared: number, overDeclared: boolean } | null
   rules: Array<{ rule: string, limits: string[], share: number[] }>
@@ -74,6 +75,11 @@ export interface GuardOptions {
 
 /** More sidecars present in Redis than RATE_LIMIT_FLEET_SIZE declares (none declared: never). */
 const overDeclared = (s: FleetStatus): boolean => s.declared > 0 && s.present > s.declared
+
+/** An evicting maxmemory-policy, for /readyz (still ready): budget keys may be dropped under memory pressure. */
+const evictionNote = (s: FleetStatus): string | undefined => s.memory?.evicting === true
+  ? `rate-limit redis evicts keys under memory pressure (maxmemory-policy ${String(s.memory.policy)}): budgets may be under-counted; set noeviction`
+  : undefined
 
 /** Why budgets are not shared in Redis although it is configured; undefined while they are. */
 function sharingNote (s: FleetStatus, url: string): string | undefined {
@@ -223,7 +229,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       degraded: fleetStatus !== undefined && !shared && fleetStatus.state !== 'settling',
       redis: fleet === undefined || fleetStatus === undefined
         ? null
-        : { url: fleet.displayUrl, up: shared, problem: fleetStatus.problem ?? null },
+        : { url: fleet.displayUrl, up: shared, problem: fleetStatus.problem ?? null, maxmemoryPolicy: fleetStatus.memory?.policy ?? null, evicting: fleetStatus.memory?.evicting ?? null },
       fleet: fleetStatus === undefined
         ? null
         : { size: fleetStatus.size, present: fleetStatus.present, declared: fleetStatus.declared, overDeclared: overDeclared(fleetStatus) },
@@ -282,7 +288,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       const over = overDeclared(s)
         ? `${s.present} sidecars present in redis, more than RATE_LIMIT_FLEET_SIZE=${s.declared}: set it to the most sidecars that run at once`
         : undefined
-      return [sharingNote(s, fleet.displayUrl), over].filter((text) => text !== undefined).join('; ') || undefined
+      return [sharingNote(s, fleet.displayUrl), over, evictionNote(s)].filter((text) => text !== undefined).join('; ') || undefined
     },
     status,
     /** Connects to Redis (when configured), for at most its timeout; never fails. */

@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { Clock } from '../clock.js'
 import { openRedis } from '../redis/connection.js'
+import { readMemoryPolicy, type MemoryPolicy } from '../redis/memory-policy.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import type { CooldownRequest } from './store.js'
 
@@ -345,6 +346,8 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       return Number(await client.sapCoolDown(2, cooldown, backoff,
         request.retryAfterMs === undefined ? -1 : Math.round(request.retryAfterMs), request.baseMs, request.maxMs))
     },
+    /** maxmemory and its policy (CONFIG GET; unknown when refused): whether budget keys may be evicted. */
+    memoryPolicy: async (): Promise<MemoryPolicy> => await readMemoryPolicy(client),
     /** Reports the connection coming up (ready) or going down. */
     onState (fn: (up: boolean, err?: unknown) => void): void { listener = fn },
     /** The first connection, bounded by the command timeout (at least 1 s); false if not up by then. */

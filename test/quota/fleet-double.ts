@@ -4,7 +4,8 @@
 import type { Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore, type FleetTiming } from '../../src/quota/fleet-store.js'
-import type { HeartbeatReply, RedisStore, ReassertReply, TakeReply } from '../../src/quota/redis-backend.js'
+import type { HeartbeatReply, Member, RedisStore, ReassertLimit, ReassertReply, TakeReply } from '../../src/quota/redis-backend.js'
+import type { Ledger } from '../../src/quota/ledger.js'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
 import type { CooldownRequest, Take } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
@@ -24,6 +25,8 @@ export function scriptedRedis () {
     reassert: (): Partial<ReassertReply> => ({}),
     heartbeat: (): Partial<HeartbeatReply> => ({}),
     coolDown: (request: CooldownRequest): number => request.retryAfterMs ?? request.baseMs,
+    /** Sees each reassertion's member id and send ids. */
+    onReassert: (_member: string, _sends: string[]): void => {},
     /** Held commands answer only when this resolves. */
     hold: { reassert: undefined as Promise<void> | undefined, heartbeat: undefined as Promise<void> | undefined }
   }
@@ -38,7 +41,8 @@ export function scriptedRedis () {
     displayUrl: 'redis://127.0.0.1:6379',
     async readClock () { await run('time') },
     async take (): Promise<TakeReply> { await run('take'); return { code: 'ok', ms: 0, ...fleet(), ...s.take() } },
-    async reassert (): Promise<ReassertReply> {
+    async reassert (member: Member, limits: readonly ReassertLimit[]): Promise<ReassertReply> {
+      s.onReassert(member.id, [...new Set(limits.flatMap((l) => l.sends.map((send) => send.id)))])
       await run('reassert', s.hold.reassert)
       return { late: false, lost: false, ...fleet(), epoch: 'e:1', epochAgeMs: 60_000, ...s.reassert() }
     },
@@ -51,6 +55,7 @@ export function scriptedRedis () {
     onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
     async connect () { return s.down === undefined },
     async ping () { calls.push('ping'); return s.down === undefined },
+    async memoryPolicy () { return { policy: 'noeviction', maxBytes: 0, evicting: false } },
     lastError: () => s.lastError,
     describe: (err: unknown) => err instanceof Error ? err.message : String(err),
     async close () {}
@@ -76,7 +81,7 @@ export const TIMEOUT_MS = 100
 export const TIMING: FleetTiming = { heartbeatMs: 200, presenceTtlMs: 600, freshGraceMs: 0 }
 
 /** A fleet store over the scripted Redis on a fake clock, started; `before` scripts Redis before the start. */
-export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, timing = {}, before = (_s: Script) => {} }: { fleetFloor?: number, timing?: Partial<FleetTiming>, before?: (s: Script) => void } = {}) {
+export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, timing = {}, before = (_s: Script) => {}, ledger, memberId }: { fleetFloor?: number, timing?: Partial<FleetTiming>, before?: (s: Script) => void, ledger?: Ledger, memberId?: string } = {}) {
   const c = fakeClock()
   const double = scriptedRedis()
   before(double.script)
@@ -95,7 +100,9 @@ export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, t
     redisTimeoutMs: TIMEOUT_MS,
     fleetFloor,
     timing: { ...TIMING, ...timing },
-    onCooldown: (scope) => { cooled.push(scope) }
+    onCooldown: (scope) => { cooled.push(scope) },
+    ...(ledger === undefined ? {} : { ledger }),
+    ...(memberId === undefined ? {} : { memberId })
   })
   await store.start()
   t.teardown(() => store.close())
