@@ -128,7 +128,7 @@ t.test('a value that is not an entry of this version is a miss, told to the watc
   const seen: string[] = []
   cache.onMalformed((id, why) => { seen.push(`${id}: ${why}`) })
   await client.set(`${PREFIX}cache:bad`, 'not an entry at all')
-  t.same(await cache.get('bad'), { filling: false })
+  t.same(await cache.get('bad'), { filling: false, unusable: true })
   t.same(await cache.get('none'), { filling: false })
   t.same(seen, ['bad: not an entry'])
 })
