@@ -140,6 +140,9 @@ export function createSharedCache ({ prefix, now, maxBytes, ...options }: Shared
   let malformed: (id: string, why: string) => void = () => {}
   let invalidated: (uri: string) => void = () => {}
   listener.client.on('error', () => {})
+  // ioredis's own resubscription after a reconnection leaves its failure unhandled (a
+  // process-wide rejection when Redis is away again); every 'ready' subscribes here instead.
+  listener.client.options.autoResubscribe = false
   listener.client.on('ready', () => { listener.client.subscribe(channel).catch(() => {}) })
   listener.client.on('message', (from: string, uri: string) => { if (from === channel) invalidated(uri) })
 

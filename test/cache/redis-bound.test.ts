@@ -128,7 +128,7 @@ t.test('a value that is not an entry of this version is a miss, told to the watc
   const seen: string[] = []
   cache.onMalformed((id, why) => { seen.push(`${id}: ${why}`) })
   await client.set(`${PREFIX}cache:bad`, 'not an entry at all')
-  t.same(await cache.get('bad'), { filling: false })
+  t.same(await cache.get('bad'), { filling: false, unusable: true })
   t.same(await cache.get('none'), { filling: false })
   t.same(seen, ['bad: not an entry'])
 })
@@ -165,4 +165,24 @@ t.test('a sidecar: bytes held and evicted in the metrics; CACHE_REDIS_MAX_BYTES=
   await noneClient.connect()
   t.teardown(() => { noneClient.disconnect() })
   t.same(await noneClient.keys('*cache*'), [], 'nothing of the cache in Redis')
+})
+
+t.test('an invalidation reaches every sidecar listening, also after Redis restarted', async (t) => {
+  const { redis, cache } = await setUp(t, 100 * COST)
+  const other = createSharedCache({ url: redis.url, timeoutMs: 1_000, prefix: PREFIX, now: () => performance.now(), maxBytes: 100 * COST })
+  await other.start()
+  t.teardown(() => other.close())
+  const heard: string[] = []
+  other.onInvalidated((uri) => { heard.push(uri) })
+  await eventually(t, 'the first invalidation heard', async () => {
+    await cache.invalidate('u1')
+    return heard.includes('u1')
+  })
+  await redis.restart({ withData: false })
+  await eventually(t, 'heard again after the restart', async () => {
+    if (!cache.up()) return false
+    await cache.invalidate('u2')
+    return heard.includes('u2')
+  })
+  t.same([...new Set(heard)], ['u1', 'u2'])
 })
