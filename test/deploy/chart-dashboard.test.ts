@@ -173,7 +173,7 @@ const AFTER_AN_EVENT = new Set(['store_auth_proxy_idempotency_outcomes_unknown_t
 t.test('a metric counted only after an event is declared with its labels', async (t) => {
   const source = readFileSync(join(import.meta.dirname, '../../src/metrics.ts'), 'utf8')
   for (const metric of AFTER_AN_EVENT) {
-    const at = source.indexOf('${METRIC_PREFIX}' + metric.replace('store_auth_proxy_', '') + '`')
+    const at = source.indexOf('METRIC_PREFIX}' + metric.replace('store_auth_proxy_', '') + '`')
     t.ok(at >= 0, `${metric} is declared`)
     const labels = /labelNames: \[([^\]]*)\]/.exec(source.slice(at))?.[1] ?? ''
     for (const l of EXPORTED[metric] ?? []) t.ok(labels.includes(`'${l}'`), `${metric} has label ${l}`)
