@@ -30,6 +30,8 @@ export default area('forwarding', {
     'test/quota/refunds.test.ts',
     'test/quota/held-fault.test.ts',
     'test/cache/behaviour.test.ts',
+    'test/seams/failed-fetch-waiters.test.ts',
+    'test/seams/token-after-cache.test.ts',
     'test/faults/revocation.test.ts',
     'test/overload/sidecar.test.ts'
   ],
