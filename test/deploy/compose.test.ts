@@ -250,7 +250,7 @@ t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-f
   t.match(runtime, /^USER 65532:65532$/m, 'a numeric non-root user')
   t.match(runtime, /^EXPOSE 8080 9090$/m)
   const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1]
-  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...NODE_FLAGS, '/app/dist/main.js'],
+  t.same(entrypoint === undefined ? undefined : JSON.parse(entrypoint), ['/nodejs/bin/node', ...NODE_FLAGS, '/app/dist/bundle/main.js'],
     'node itself, exec form, with the launcher\'s node flags (npm start\'s, which the benchmark measures)')
   t.match(runtime, /^HEALTHCHECK [^\n]*(\\\n[^\n]*)*CMD \["\/nodejs\/bin\/node", "\/app\/dist\/main\.js", "healthcheck"\]$/m, 'an exec-form healthcheck')
   t.notMatch(dockerfile, /^(CMD|ENTRYPOINT)\b.*npm/m, 'never npm start')
@@ -289,5 +289,5 @@ t.test('Dockerfile: one version (package.json\'s), a build-time revision, both i
 t.test('.dockerignore: an allow-list that keeps secrets and local state out of the context', async (t) => {
   const lines = read('.dockerignore').split('\n').filter((l) => l !== '' && !l.startsWith('#'))
   t.equal(lines[0], '*', 'everything is ignored first')
-  t.same(lines.slice(1).sort(), ['!package-lock.json', '!package.json', '!src/', '!tsconfig.build.json', '!tsconfig.json'])
+  t.same(lines.slice(1).sort(), ['!package-lock.json', '!package.json', '!scripts/bundle.mjs', '!src/', '!tsconfig.build.json', '!tsconfig.json'])
 })

@@ -50,8 +50,11 @@ t.test('private memory at the water: beyond 8 in flight, what does not fit is sh
     privateBytes: memory.private,
     privateWaterBytes: Math.round(PRIVATE_WATER * LIMIT),
     inFlight: PRIVATE_FLOOR_IN_FLIGHT,
-    inFlightCostBytes: PRIVATE_FLOOR_IN_FLIGHT * REQUEST_COST
   })
+  // Each request costs REQUEST_COST plus what its header fields cost (admission.ts headerCost).
+  const { inFlightCostBytes } = await overloadStatus(adminUrl) as { inFlightCostBytes: number }
+  t.ok(inFlightCostBytes > PRIVATE_FLOOR_IN_FLIGHT * REQUEST_COST && inFlightCostBytes < PRIVATE_FLOOR_IN_FLIGHT * (REQUEST_COST + 4096),
+    `${inFlightCostBytes} bytes: ${PRIVATE_FLOOR_IN_FLIGHT} requests' constant and their few header fields`)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shedding'), 1)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 1)
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_memory_private_bytes'), memory.private)
