@@ -153,13 +153,6 @@ export interface ErrorAnswerOptions {
   readonly retryAfterSeconds?: number
 }
 
-/** An error that carries its own Retry-After, for code that rejects with it rather than answering. */
-export type WithRetryAfter<E extends FastifyError = FastifyError> = E & { readonly retryAfterSeconds: number }
-
-export function withRetryAfter<E extends FastifyError> (error: E, retryAfterSeconds: number): WithRetryAfter<E> {
-  return Object.assign(error, { retryAfterSeconds })
-}
-
 function carriedRetryAfter (error: FastifyError): number | undefined {
   const value: unknown = 'retryAfterSeconds' in error ? error.retryAfterSeconds : undefined
   return typeof value === 'number' ? value : undefined
