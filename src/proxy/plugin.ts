@@ -297,6 +297,10 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       return
     }
     const error = isOwnError(failure.error) ? failure.error as FastifyError : new InternalError()
+    // A waiter refused with its fetch's budget refusal reads the same RateLimit fields.
+    if (error instanceof UpstreamRateLimitedError && failure.retryAfterSeconds !== undefined && quota.active) {
+      fields?.refused(quota.ruleFor(request.method, request.raw.url ?? '/'), reply.raw, failure.retryAfterSeconds * 1000)
+    }
     sendError(reply, error, metrics, failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds })
   }
 
