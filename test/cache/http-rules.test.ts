@@ -207,6 +207,12 @@ t.test('the memory store drops every copy of a target URI, whatever its keyed he
   store.set('b', entry({ uri: 'C', storedAt: c.clock.now() }))
   t.equal(store.drop('B'), 0)
   t.equal(store.drop('C'), 1)
+  // One variant of a target replaced by another target's: the other variant is still listed.
+  store.set('v1', entry({ uri: 'V', storedAt: c.clock.now() }))
+  store.set('v2', entry({ uri: 'V', storedAt: c.clock.now() }))
+  store.set('v1', entry({ uri: 'W', storedAt: c.clock.now() }))
+  t.equal(store.drop('V'), 1, 'v2 still dropped with its target')
+  t.equal(store.drop('W'), 1)
   // One evicted or lapsed leaves it too.
   const small = createMemoryStore({ clock: c.clock, maxBytes: 500, onEvict: () => {} })
   small.set('x', entry({ uri: 'X', storedAt: c.clock.now() }))
