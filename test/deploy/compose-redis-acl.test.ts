@@ -1,6 +1,10 @@
 // The compose fleet profile's Redis user (deploy/demo-secrets/redis.conf): the sidecar's own
 // Redis store, with the URL the sidecars read, takes budgets and cool-downs through it,
 // while everything else the user might try is refused. A real redis-server with that file.
+// Then two whole sidecars on it, using every feature that keeps state in Redis (budgets, the
+// fleet's fetch claims, cached answers, invalidation by pub/sub, idempotent orders): Redis's
+// own ACL LOG must show no command refused. (It once did: the cache's scripts were refused and
+// every sidecar quietly kept its own copies, so the fleet fetched the catalog once per pod.)
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -10,7 +14,10 @@ import t from 'tap'
 import { Redis } from 'ioredis'
 import { systemClock } from '../../src/clock.js'
 import { createRedisStore, redisKeyPrefix } from '../../src/quota/redis-backend.js'
+import { build, startStandIn } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
 import { REDIS, skipFileUnless } from '../helpers/tools.js'
+import { CATALOG, DAY, catalogBody, startTi } from '../cache/fixture.js'
 
 skipFileUnless(t, REDIS)
 
@@ -27,10 +34,15 @@ async function port (): Promise<number> {
   return typeof address === 'object' && address !== null ? address.port : 0
 }
 
+/** A user of the test's own, beside the file's, that may read Redis's ACL LOG. */
+const READER = { user: 'acl-reader', password: 'acl-reader-password' }
+
 /** redis-server with the compose file's config on a free loopback port, until teardown. */
 async function redisWithComposeConfig (): Promise<string> {
   const p = await port()
-  const child = spawn('redis-server', [CONF, '--port', String(p), '--bind', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn('redis-server', [
+    CONF, '--port', String(p), '--bind', '127.0.0.1', '--user', READER.user, 'on', `>${READER.password}`, '+acl|log', '+info'
+  ], { stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { child.kill('SIGKILL') })
   let seen = ''
   for await (const chunk of child.stdout.setEncoding('utf8')) {
@@ -84,4 +96,84 @@ t.test('the sidecars\' user: budgets and cool-downs work, nothing else does', as
   t.teardown(() => { anonymous.disconnect() })
   await t.rejects(async () => { await anonymous.connect(); await anonymous.get(`${prefix}x`) }, 'no default user: a connection without one gets nothing')
   t.match(errors.join('\n'), /NOAUTH/, '... for want of a user')
+})
+
+/** What Redis refused since it started, by user, command or key, and where (`toplevel`, `lua`). */
+async function aclLog (url: string): Promise<string[]> {
+  const reader = new URL(url)
+  reader.username = READER.user
+  reader.password = READER.password
+  const client = new Redis(reader.toString(), { lazyConnect: true, maxRetriesPerRequest: 0 })
+  try {
+    await client.connect()
+    const entries = await client.call('ACL', 'LOG', '128') as unknown[][]
+    return entries.map((entry) => {
+      const fields = new Map<string, unknown>()
+      for (let i = 0; i < entry.length; i += 2) fields.set(String(entry[i]), entry[i + 1])
+      return `${String(fields.get('username'))}: ${String(fields.get('reason'))} ${String(fields.get('object'))} (${String(fields.get('context'))})`
+    })
+  } finally {
+    client.disconnect()
+  }
+}
+
+t.test('two sidecars with every Redis feature on the sidecars\' user: Redis refuses nothing they send', async (t) => {
+  const url = await redisWithComposeConfig()
+  t.same(await aclLog(url), [], 'a new server: nothing refused yet')
+  const ti = await startTi(t)
+  ti.answer((seen) => seen.method === 'POST'
+    ? { status: 201, headers: { 'content-type': 'application/json' }, body: '{"orderId":"T-1"}' }
+    : { status: 200, headers: { 'content-type': 'application/json' }, body: catalogBody() })
+  const standIn = await startStandIn(t, { tokenLifetimeMs: 3 * DAY })
+  const env = {
+    AUTH_URL: standIn.url,
+    UPSTREAM_URL: ti.url,
+    RATE_LIMIT_REDIS_URL: url,
+    RATE_LIMIT_REDIS_TIMEOUT_MS: '2000',
+    RATE_LIMIT_FLEET_SIZE: '2',
+    RATE_LIMIT_MAX_WAIT_MS: '0',
+    // The compose fleet's rules, and an order rule as the orders profile has it.
+    RATE_LIMITS: `GET ${CATALOG} 1/4h 6/1d cache=4h stale=1d; POST /v2/store/orders idempotency=24h require-key; GET /v2/store/products/* 15/1m`
+  }
+  const deps = { quotaTiming: { freshGraceMs: 0 }, idempotencyTiming: { checkMs: 50, recoveryMs: 300 } }
+  const [a, b] = [await build(t, env, deps), await build(t, env, deps)]
+  const status = async (adminUrl: string): Promise<{ rateLimits?: { backend?: string } }> =>
+    await (await fetch(`${adminUrl}/status`)).json() as { rateLimits?: { backend?: string } }
+  for (const s of [a, b]) await eventually(t, 'the sidecar on redis', async () => (await status(s.adminUrl)).rateLimits?.backend === 'redis')
+  const get = async (base: string, path: string, headers: Record<string, string> = {}) => {
+    const res = await fetch(base + path, { headers })
+    return { status: res.status, cacheStatus: res.headers.get('cache-status') ?? '', body: await res.text() }
+  }
+
+  const fetched = await get(a.proxyUrl, CATALOG)
+  t.match(fetched, { status: 200, cacheStatus: /fwd=miss; fwd-status=200; stored/ }, 'a fetches the catalog and stores it (a fetch claim taken and released)')
+  const hit = await get(b.proxyUrl, CATALOG)
+  t.match(hit, { status: 200, cacheStatus: /store-auth-proxy; hit/ }, 'b has it from Redis')
+  t.equal(hit.body, fetched.body, '... the same bytes')
+  const refused = await get(b.proxyUrl, CATALOG, { 'cache-control': 'no-cache' })
+  t.match(refused, { status: 200, cacheStatus: /detail=no-refresh-budget/ }, 'b asked for TI\'s answer: the budget refuses, the stored one stands in')
+  t.equal(ti.received.filter((r) => r.url === CATALOG).length, 1, 'TI saw one catalog call for the fleet')
+  t.equal((await get(a.proxyUrl, '/v2/store/products/LM358BIDR')).status, 200, 'a budgeted product call')
+
+  // An unsafe method on the catalog's URI drops it fleet-wide (pub/sub, RFC 9111 §4.4).
+  t.equal((await fetch(a.proxyUrl + CATALOG, { method: 'DELETE' })).status, 200, 'an unsafe method through a')
+
+  const order = async (base: string) => await fetch(base + '/v2/store/orders', {
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': '"acl-1"' }, body: '{"sku":1}'
+  })
+  let placed = 0
+  await eventually(t, 'an idempotent order placed once the new Redis\'s recovery window ends', async () => {
+    placed = (await order(a.proxyUrl)).status
+    return placed === 201
+  })
+  const replay = await order(b.proxyUrl)
+  t.equal(replay.status, 201, 'the same key through b: TI\'s answer, replayed')
+  t.equal(replay.headers.get('idempotent-replayed'), 'true')
+  t.equal(ti.received.filter((r) => r.method === 'POST' && r.url === '/v2/store/orders').length, 1, 'TI got the order once')
+
+  // CONFIG GET (maxmemory-policy) is refused on purpose: the sidecars then say it is unknown.
+  t.same(await aclLog(url), ['store-auth-proxy: command config|get (toplevel)'],
+    'Redis refused no command, key or channel the sidecars sent, but the CONFIG GET the file denies')
+  const failures = [...a.logs.entries(), ...b.logs.entries()].filter((e) => /redis.*failed|NOPERM|can't run/i.test(JSON.stringify(e)))
+  t.same(failures, [], 'no sidecar logged a failed Redis call')
 })
