@@ -86,6 +86,23 @@ t.test('compose: the sidecar shares the caller\'s network namespace, as in a pod
     'only the admin port is published, on loopback, 9090 by default')
 })
 
+t.test('compose: /status answers on every published admin port, published on this machine\'s loopback only', async (t) => {
+  // A published port's peer is the engine's gateway, never 127.0.0.1: STATUS_FROM=loopback
+  // would answer the documented `curl 127.0.0.1:909x/status` with 403.
+  const sidecars = Object.entries(all).filter(([, s]) => s.environment?.AUTH_URL !== undefined)
+  t.ok(sidecars.length >= 4, `every profile's sidecar (${sidecars.map(([name]) => name).join(', ')})`)
+  let adminPublished = 0
+  for (const [name, s] of sidecars) {
+    const owner = s.network_mode?.startsWith('service:') === true ? all[s.network_mode.slice('service:'.length)] : s
+    const ports = owner?.ports ?? []
+    t.ok(ports.every((p) => p.startsWith('127.0.0.1:')), `${name}: published on loopback only (${ports.join(', ')})`)
+    if (!ports.some((p) => p.endsWith(':9090'))) continue
+    adminPublished++
+    t.equal(s.environment?.STATUS_FROM, 'any', `${name}: its admin port published, STATUS_FROM=any`)
+  }
+  t.equal(adminPublished, 4, 'the default, fleet (2) and egress profiles publish an admin port')
+})
+
 t.test('compose: credentials are compose secrets read from files, and only the demo pair', async (t) => {
   const sidecar = services[SIDECAR]
   t.same(sidecar?.secrets?.slice().sort(), ['client_id', 'client_secret'])
