@@ -128,3 +128,24 @@ t.test('a shed request: the overload manager\'s decision on its span', async (t)
   const admitted = await serverSpan(t, receiver, (s) => s.traceId === '8'.repeat(32))
   t.match(admitted.events.find((e) => e.name === 'overload')?.attributes, { 'overload.admitted': true })
 })
+
+t.test('TI resets the connection, or cuts its answer: the send\'s span ends in error, with why', async (t) => {
+  const { receiver, upstream, sidecar } = await tracedSidecar(t)
+  upstream.plan('reset', { kind: 'reset' })
+  t.equal((await call(sidecar.proxyUrl, '/v2/store/products/a', 'reset', `00-${'6'.repeat(32)}-${CALLER_SPAN}-01`)).status, 502)
+  await eventually(t, 'the failed send exported', () => receiver.trace('6'.repeat(32)).some((s) => s.kind === CLIENT))
+  const failed = receiver.trace('6'.repeat(32)).find((s) => s.kind === CLIENT) as Seen
+  t.ok(failed.error, 'the send\'s span has an error status')
+  t.match(failed.attributes['error.type'], /^[A-Z_]+$|Error$/, `named by the failure (${String(failed.attributes['error.type'])})`)
+  const server = await serverSpan(t, receiver, (s) => s.traceId === '6'.repeat(32))
+  t.equal(server.attributes['http.response.status_code'], 502)
+
+  upstream.plan('cut', { kind: 'cut', framing: 'length', sendBytes: 100, how: 'fin' })
+  const res = await request(sidecar.proxyUrl + '/v2/store/products/b', { headers: { [ID_HEADER]: 'cut', traceparent: `00-${'7'.repeat(32)}-${CALLER_SPAN}-01` } })
+  t.equal(res.statusCode, 200, 'the head was already passed on')
+  await t.rejects(res.body.text(), 'the caller sees the answer cut, not a whole one')
+  await eventually(t, 'the cut send exported', () => receiver.trace('7'.repeat(32)).some((s) => s.kind === CLIENT))
+  const cut = receiver.trace('7'.repeat(32)).find((s) => s.kind === CLIENT) as Seen
+  t.ok(cut.error)
+  t.equal(cut.attributes['error.type'], 'truncated')
+})
