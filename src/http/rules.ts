@@ -78,7 +78,7 @@ export function callerResponseHeaders<H extends Headers> (headers: H): H {
  * Why a request target must not be forwarded, or undefined when it may be.
  * Only origin-form (`/path?query`) reaches the upstream: an absolute-form target
  * or `//host` would make the sidecar an open proxy, and a dot-segment (also
- * percent-encoded, or with backslashes, which URL parsers treat as `/`) would
+ * percent-encoded, with `;parameters`, or with backslashes, which URL parsers treat as `/`) would
  * climb above UPSTREAM_URL's base path.
  */
 export function requestTargetProblem (url: string): string | undefined {
@@ -101,7 +101,10 @@ export function requestTargetProblem (url: string): string | undefined {
   const decoded = path.replace(/%(2[eEfF]|5[cC])/g, (escape) => String.fromCharCode(parseInt(escape.slice(1), 16)))
   if (decoded.includes('\\')) return 'the request path must not contain a backslash'
   for (const segment of decoded.split('/')) {
-    if (segment === '.' || segment === '..') return 'the request path must not contain dot-segments'
+    // `..;x` too: servers that drop path parameters before resolving dot-segments (Tomcat,
+    // Spring, Jetty) read `/a/..;/b` as `/b`, and the rules' matcher drops them as well.
+    const name = segment.split(';', 1)[0]
+    if (name === '.' || name === '..') return 'the request path must not contain dot-segments'
   }
   return undefined
 }
