@@ -7,7 +7,7 @@ import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
 import { fillFailed, type Fill, type Serve } from './fill.js'
 import type { Failure } from './flights.js'
-import { asksForFresh, cacheKey, varyMatches, type StatusParams } from './policy.js'
+import { asksForFresh, asksForItsOwn, cacheKey, varyMatches, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
 
 export interface CachedRequestOptions {
@@ -77,6 +77,7 @@ export function cachedRequest (options: CachedRequestOptions) {
       requestHeaders: request.headers,
       method: request.method,
       found,
+      ownAnswer: asksForItsOwn(request.headers),
       fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
       flight,
       decision: undefined

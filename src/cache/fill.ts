@@ -20,6 +20,8 @@ export interface Fill {
   readonly method: string
   /** The stored answer it refreshes (stale, or fresh when the caller asked for TI's): it stands in if TI fails. */
   readonly found: Entry | undefined
+  /** Its headers ask for a part or a condition (asksForItsOwn): TI's 4xx may be for it alone. */
+  readonly ownAnswer: boolean
   /** How it asked: `miss` (nothing stored), `stale`, `request` (the caller's no-cache). */
   readonly fwd: 'miss' | 'stale' | 'request'
   /** The flight this request leads: its waiters get what it stores, or go on by themselves. */
@@ -82,8 +84,10 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
-  // TI's failure is every waiter's answer; a success not stored lets them fetch again.
-  if (answer.statusCode >= 400) fill.flight.fail({ answer })
+  // TI's failure is every waiter's answer, but for a 4xx that the fetch's own Range or
+  // condition may have caused; that, or a success not stored, lets them fetch again.
+  const itsOwn = fill.ownAnswer && answer.statusCode < 500 && answer.statusCode !== 429
+  if (answer.statusCode >= 400 && !itsOwn) fill.flight.fail({ answer })
   else fill.flight.settle(undefined)
   return false
 }

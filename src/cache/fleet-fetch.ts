@@ -65,6 +65,20 @@ export function failureAnswer (failure: Failure): FailureAnswer {
   }
 }
 
+/** The sidecar's errors that TI or the fleet's budget caused, as opposed to this sidecar's own state. */
+const FLEET_WIDE_ERRORS: ReadonlySet<string> = new Set(['UPSTREAM_UNREACHABLE', 'UPSTREAM_TIMEOUT', 'UPSTREAM_BAD_RESPONSE', 'UPSTREAM_RATE_LIMITED'])
+
+/**
+ * Whether a failed fetch is every sidecar's answer: TI's own, or TI unreachable, slow or
+ * refusing, or the shared budget spent. Not this sidecar's own trouble (no token of its own,
+ * its egress proxy, its overload, its shutdown): another sidecar's waiters fetch for themselves.
+ */
+export function fleetWide (failure: Failure): boolean {
+  if ('answer' in failure) return true
+  const code = (failure.error as { code?: unknown }).code
+  return typeof code === 'string' && FLEET_WIDE_ERRORS.has(code)
+}
+
 export function encodeFailure (failure: Failure): string {
   const { statusCode, headers, body } = failureAnswer(failure)
   return FAILED + JSON.stringify({ statusCode, headers, body: body.toString('base64') })
@@ -239,13 +253,17 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
       }
     },
 
-    /** This sidecar's fetch of `id` ended: its claim goes, or its failure takes the claim's place for a moment. */
+    /**
+     * This sidecar's fetch of `id` ended: its claim goes, or its failure takes the claim's place
+     * for a moment, if it is the fleet's too (fleetWide).
+     */
     ended (id: string, result: FlightResult): void {
       const claim = held.get(id)
       if (claim === undefined) return
       held.delete(id)
       claim.cancel()
-      claims.release(id, claim.value, result.failure).catch((err: unknown) => { failed(err, 'a fetch claim\'s release') })
+      const failure = result.failure !== undefined && fleetWide(result.failure) ? result.failure : undefined
+      claims.release(id, claim.value, failure).catch((err: unknown) => { failed(err, 'a fetch claim\'s release') })
     },
 
     /** Stops renewing every claim (shutting down): they lapse. */

@@ -94,6 +94,17 @@ export function asksForFresh (headers: Headers): boolean {
   return cc.has('no-cache') || cc.get('max-age') === '0'
 }
 
+/** Request headers that make TI's answer to a fetch this request's own: a part, or a condition. */
+const OWN_ANSWER_HEADERS = ['range', 'if-range', 'if-match', 'if-none-match', 'if-modified-since', 'if-unmodified-since'] as const
+
+/**
+ * Whether TI's refusal of this request's fetch (a 416 for its Range, a 412 for its If-Match)
+ * may be its own: such a 4xx is not every waiter's answer, here or in the fleet.
+ */
+export function asksForItsOwn (headers: Headers): boolean {
+  return OWN_ANSWER_HEADERS.some((name) => headers[name] !== undefined)
+}
+
 /** Whether a request may be answered from the cache at all: a caller's Cookie may make TI's answer personal. */
 export function requestCacheable (method: string, headers: Headers): boolean {
   return (method === 'GET' || method === 'HEAD') && headers.cookie === undefined && !directives(headers['cache-control']).has('no-store')
