@@ -7,7 +7,7 @@
 // none of this is loaded. HTTP attributes follow the semantic conventions (http.*, url.*).
 import type { ServerResponse } from 'node:http'
 import {
-  defaultTextMapGetter, defaultTextMapSetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span,
+  defaultTextMapGetter, defaultTextMapSetter, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span,
   type TextMapPropagator, type Tracer
 } from '@opentelemetry/api'
 import type { FastifyRequest } from 'fastify'
@@ -159,7 +159,11 @@ export function createRequestTracing (options: RequestTracingOptions) {
     }
   }
 
-  /** The request's headers for TI: the caller's trace headers out, the client span's in (unless switched off). */
+  /**
+   * The request's headers for TI: the caller's trace headers out, the client span's in (unless
+   * switched off). Never the caller's baggage (its tenant, its user): what it carries is for the
+   * services behind the caller, not a third party, so it is dropped from what is injected.
+   */
   function headersFor (request: UpstreamRequest, client: Span, exchange: Exchange): string[] {
     const headers: string[] = []
     for (let i = 0; i < request.headers.length; i += 2) {
@@ -168,7 +172,7 @@ export function createRequestTracing (options: RequestTracingOptions) {
     }
     if (!propagateUpstream) return headers
     const carrier: Record<string, string> = {}
-    propagator.inject(trace.setSpan(exchange.context, client), carrier, defaultTextMapSetter)
+    propagator.inject(propagation.deleteBaggage(trace.setSpan(exchange.context, client)), carrier, defaultTextMapSetter)
     for (const [name, value] of Object.entries(carrier)) headers.push(name, value)
     return headers
   }

@@ -149,3 +149,16 @@ t.test('TI resets the connection, or cuts its answer: the send\'s span ends in e
   t.ok(cut.error)
   t.equal(cut.attributes['error.type'], 'truncated')
 })
+
+t.test('the caller\'s baggage never reaches TI (an outside review\'s find); the trace context does', async (t) => {
+  const { upstream, sidecar } = await tracedSidecar(t)
+  const res = await request(sidecar.proxyUrl + '/v2/store/products/a', {
+    headers: { [ID_HEADER]: 'b', traceparent: `00-${CALLER_TRACE}-${CALLER_SPAN}-01`, baggage: 'enduser.id=jane%40example.com,tenant=acme-internal' }
+  })
+  await res.body.text()
+  const raw = upstream.seen('b')[0]?.rawHeaders ?? []
+  const names = raw.filter((_, i) => i % 2 === 0).map((h) => h.toLowerCase())
+  t.notOk(names.includes('baggage'), 'no baggage header to TI')
+  t.notOk(raw.join('\n').includes('jane'), '... nor its content anywhere')
+  t.match(traceparentAt(upstream, 'b'), new RegExp(`^00-${CALLER_TRACE}-[0-9a-f]{16}-01$`), 'TI gets the trace, continued')
+})
