@@ -320,9 +320,10 @@ export function createTokenManager (options: TokenManagerOptions) {
     const held = current()
     // One reading of the clocks for every time shown, so they agree with each other.
     const toWallNow = clock.wallNow() - clock.now()
+    const shown = shownTimes(held, timerKind === 'refresh' ? nextAttemptAt : undefined, toWallNow)
     return {
       hasValidToken: held !== undefined,
-      ...shownTimes(held, timerKind === 'refresh' ? nextAttemptAt : undefined, toWallNow),
+      ...shown,
       generation: held?.generation,
       info: held?.info,
       refreshing: inflight !== undefined,
@@ -332,7 +333,8 @@ export function createTokenManager (options: TokenManagerOptions) {
       lastFailure: lastFailure?.outcome,
       lastFailureReason: lastFailure?.message,
       lastFailureAt: lastFailedWallAt,
-      nextAttemptAt: nextAttemptAt === undefined ? undefined : Math.round(nextAttemptAt + toWallNow)
+      // The refresh pending is one instant, shown once: as refreshesAt, which the wall clock may bring forward.
+      nextAttemptAt: shown.refreshesAt ?? (nextAttemptAt === undefined ? undefined : Math.round(nextAttemptAt + toWallNow))
     }
   }
 
