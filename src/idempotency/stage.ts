@@ -34,6 +34,8 @@ export interface Claim {
   readonly rule: Rule
   /** The request's fingerprint, kept with the key's answer (a retry is checked against it). */
   readonly fingerprint: string
+  /** Who took the key: this process and this claim; only it settles or releases the key. */
+  readonly owner: string
   phase: 'open' | 'sending' | 'recording' | 'settled'
 }
 
@@ -57,8 +59,10 @@ export interface StageOptions {
 type KeyedRule = Rule & { readonly idempotency: IdempotencyOption }
 
 export function createIdempotencyStage ({ rules, store, clock, metrics, log, pendingMs }: StageOptions) {
-  // This process: a pending key it holds is its own, until it ends.
-  const owner = randomUUID()
+  // Each take is a claim of its own (this process, and a number): a pending key is settled or
+  // released only by the request that took it, never by another request of the same process.
+  const processId = randomUUID()
+  let claims = 0
   const keyed = rules.some((rule) => rule.idempotency !== undefined)
   metrics.measureUnknownKeys(() => store.counts().unknown)
 
@@ -90,7 +94,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     if ('missing' in found) {
       if (!option.requireKey) {
         // Sent as any request is: nothing to hold it by.
-        request.claim = { id: '', rule, fingerprint: '', phase: 'settled' }
+        request.claim = { id: '', rule, fingerprint: '', owner: '', phase: 'settled' }
         return true
       }
       const where = option.bodyField === undefined ? 'send it in the Idempotency-Key header' : `send it in the Idempotency-Key header or the body field ${option.bodyField}`
@@ -99,11 +103,13 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     const id = keyId(rule.id, found.key)
     const print = fingerprint(request.method, request.raw.url ?? '/', body)
     const now = clock.wallNow()
+    claims += 1
+    const owner = `${processId}:${claims}`
     const taken = await store.take(id, { state: 'pending', fingerprint: print, owner, deadline: now + pendingMs, expiresAt: now + option.lifetimeMs })
       .catch(() => ({ kind: 'unavailable' as const, reason: 'the key store failed', retryAfterMs: 1000 }))
     if (taken.kind === 'unavailable') return refuse(request, reply, rule, 'unavailable', new IdempotencyUnavailableError(taken.reason), taken.retryAfterMs)
     if (taken.kind === 'taken') {
-      const claim: Claim = { id, rule, fingerprint: print, phase: 'open' }
+      const claim: Claim = { id, rule, fingerprint: print, owner, phase: 'open' }
       request.claim = claim
       // Whatever path the request takes, its key is settled when its exchange ends.
       reply.raw.once('close', () => { ended(claim, reply.raw.writableFinished) })
@@ -140,7 +146,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
 
   async function keepUnknown (claim: Claim): Promise<void> {
     const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
-    const kept = await store.settle(claim.id, owner, { state: 'unknown', fingerprint: claim.fingerprint, expiresAt }).catch(() => false)
+    const kept = await store.settle(claim.id, claim.owner, { state: 'unknown', fingerprint: claim.fingerprint, expiresAt }).catch(() => false)
     metrics.idempotencyOutcomesUnknown.inc({ rule: claim.rule.id })
     log.warn({ rule: claim.rule.id, kept }, 'keyed request without a complete answer: its key is held as outcome unknown')
   }
@@ -148,7 +154,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
   function release (claim: Claim): void {
     if (claim.phase !== 'open' && claim.phase !== 'sending') return
     claim.phase = 'settled'
-    void store.release(claim.id, owner).catch((err: unknown) => {
+    void store.release(claim.id, claim.owner).catch((err: unknown) => {
       log.warn({ rule: claim.rule.id, reason: describe(err) }, 'a key of a request never sent could not be released: it is held as unknown once its deadline passes')
     })
   }
@@ -190,7 +196,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
       claim.phase = 'recording'
       const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
       const done = { state: 'done' as const, fingerprint: claim.fingerprint, answer, expiresAt }
-      const kept = await store.settle(claim.id, owner, done).catch((err: unknown) => {
+      const kept = await store.settle(claim.id, claim.owner, done).catch((err: unknown) => {
         log.warn({ rule: claim.rule.id, reason: describe(err) }, 'TI\'s answer to a keyed request could not be kept: its key is held as unknown once its deadline passes')
         return false
       })
