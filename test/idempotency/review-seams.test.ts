@@ -1,0 +1,53 @@
+// Seams between the idempotency stage and the rest of the request path: a keyed request whose
+// caller left before TI's 401, Apigee's rate-limit 500, a chunked body over MAX_BODY_BYTES.
+// Each frees the key where nothing was placed, and answers as any route would.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import t, { type Test } from 'tap'
+import { startSidecar } from '../helpers/build.js'
+import { eventually } from '../helpers/eventually.js'
+import { post } from './ti.js'
+
+const ORDERS = '/v2/store/orders'
+const RULES = `POST ${ORDERS} idempotency=24h require-key`
+
+/** TI answering its n-th order (from 1) as `answer` says; every order's body read first. */
+async function scriptedTi (t: Test, answer: (n: number, res: ServerResponse, req: IncomingMessage) => void) {
+  let n = 0
+  const server = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => { n += 1; answer(n, res, req) })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, received: () => n }
+}
+
+function json (res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json' })
+  res.end(body)
+}
+
+async function keyCounts (adminUrl: string): Promise<Record<string, number>> {
+  const status = await (await fetch(`${adminUrl}/status`)).json() as { idempotency: { keys: Record<string, number> } }
+  return status.idempotency.keys
+}
+
+t.test('caller gone, then TI\'s 401: nothing more is sent and the key is free again', async (t) => {
+  let rejected = false
+  const ti = await scriptedTi(t, (n, res) => {
+    if (n > 1) { json(res, 201, '{"order":"placed"}'); return }
+    res.once('finish', () => { rejected = true })
+    setTimeout(() => { json(res, 401, '{"fault":"invalid token"}') }, 400)
+  })
+  const sidecar = await startSidecar(t, ti.url, { RATE_LIMITS: RULES })
+  const headers = { 'idempotency-key': '"po-401"' }
+  // The caller gives up before TI answers.
+  await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', headers, { timeoutMs: 100 }).catch(() => undefined)
+  await eventually(t, 'TI answered 401', () => rejected)
+  await eventually(t, 'the key is released', async () => (await keyCounts(sidecar.adminUrl)).pending === 0, 3000)
+  t.equal(ti.received(), 1, 'not replayed for a caller who left')
+  const retry = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', headers)
+  t.equal(retry.status, 201, 'the retry is sent')
+  t.equal(ti.received(), 2)
+})
