@@ -13,6 +13,7 @@ import {
   IdempotencyUnavailableError, InternalError, OrderOutcomeUnknownError, sendError
 } from '../errors.js'
 import type { Metrics } from '../metrics.js'
+import { isRateLimitFault } from '../quota/apigee-fault.js'
 import { retryAfterSeconds } from '../quota/retry-after.js'
 import { judge, type KeyStore, type StoredAnswer } from './entries.js'
 import { bodyKey, fingerprint, headerKey, keyId, type KeyFound } from './key.js'
@@ -188,8 +189,10 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     /** TI's complete answer: kept for the key's lifetime, before the caller gets it. */
     async answered (claim: Claim | null, answer: StoredAnswer): Promise<void> {
       if (claim === null || claim.phase !== 'sending') return
-      // The gateway's refusals (a token it rejected, its rate limit): TI never acted on the request.
-      if (answer.statusCode === 401 || answer.statusCode === 429) {
+      // The gateway's refusals (a token it rejected, its rate limit, also as Apigee's 500 fault,
+      // compressed or not): TI never acted on the request.
+      if (answer.statusCode === 401 || answer.statusCode === 429 ||
+          (answer.statusCode === 500 && isRateLimitFault(answer.body, answer.headers['content-encoding']))) {
         release(claim)
         return
       }

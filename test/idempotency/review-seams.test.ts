@@ -3,6 +3,7 @@
 // Each frees the key where nothing was placed, and answers as any route would.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { gzipSync } from 'node:zlib'
 import t, { type Test } from 'tap'
 import { startSidecar } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
@@ -50,4 +51,36 @@ t.test('caller gone, then TI\'s 401: nothing more is sent and the key is free ag
   const retry = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', headers)
   t.equal(retry.status, 201, 'the retry is sent')
   t.equal(ti.received(), 2)
+})
+
+t.test('Apigee\'s rate-limit fault (a 500) frees the key, compressed or not; another 500 is kept', async (t) => {
+  const fault = '{"fault":{"faultstring":"Spike arrest violation","detail":{"errorcode":"policies.ratelimit.SpikeArrestViolation"}}}'
+  const seen = new Map<string, number>()
+  const ti = await scriptedTi(t, (_n, res, req) => {
+    const key = String(req.headers['idempotency-key'])
+    const count = (seen.get(key) ?? 0) + 1
+    seen.set(key, count)
+    if (count > 1) json(res, 201, '{"order":"placed"}')
+    else if (key === '"po-fault"') json(res, 500, fault)
+    else if (key === '"po-gzip"') {
+      res.writeHead(500, { 'content-type': 'application/json', 'content-encoding': 'gzip' })
+      res.end(gzipSync(fault))
+    } else json(res, 500, '{"error":"order service failed"}')
+  })
+  // No cool-down: the retry goes at once (a fault's cool-down refuses it locally, unsent, meanwhile).
+  const sidecar = await startSidecar(t, ti.url, { RATE_LIMITS: RULES, RATE_LIMIT_COOLDOWN_MS: '0' })
+  for (const key of ['"po-fault"', '"po-gzip"']) {
+    const first = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': key })
+    t.equal(first.status, 500, `${key}: the gateway's fault, as it came`)
+    const retry = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': key })
+    t.equal(retry.status, 201, `${key}: the retry is sent`)
+    t.equal(retry.headers['idempotent-replayed'], undefined, `${key}: not a replay`)
+    t.equal(seen.get(key), 2)
+  }
+  // TI's own 500 may have placed the order: kept and replayed.
+  t.equal((await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': '"po-500"' })).status, 500)
+  const replayed = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': '"po-500"' })
+  t.equal(replayed.status, 500)
+  t.equal(replayed.headers['idempotent-replayed'], 'true')
+  t.equal(seen.get('"po-500"'), 1)
 })
