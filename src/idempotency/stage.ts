@@ -87,7 +87,17 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
    */
   async function decide (request: FastifyRequest, reply: FastifyReply, rule: KeyedRule): Promise<boolean> {
     const option = rule.idempotency
-    const body = await wholeBody(request)
+    let body: Buffer | null | undefined
+    try {
+      body = await wholeBody(request)
+    } catch (err) {
+      // A chunked body past MAX_BODY_BYTES (counted as it streams): the same 413 as on any route.
+      if (err instanceof BodyTooLargeError) return refuse(request, reply, rule, 'invalid', err)
+      if (!gone(request)) throw err
+      // The caller left mid-upload: no key was taken, nothing is sent.
+      log.debug({ rule: rule.id, reason: describe(err) }, 'caller closed the connection before its keyed request was read')
+      return false
+    }
     if (body === undefined) return refuse(request, reply, rule, 'invalid', new BodyTooLargeError(KEYED_BODY_MAX_BYTES))
     let found: KeyFound = headerKey(request.raw.rawHeaders)
     if ('missing' in found && option.bodyField !== undefined) found = bodyKey(body, option.bodyField)
@@ -239,7 +249,10 @@ export interface IdempotencyStatus {
   keys: { pending: number, done: number, unknown: number }
 }
 
-/** The caller's body, whole (read now if it still streams), null for none; undefined when too large to key. */
+/**
+ * The caller's body, whole (read now if it still streams), null for none; undefined when too
+ * large to key. Fails as its stream does: BodyTooLargeError past MAX_BODY_BYTES, a caller's abort.
+ */
 async function wholeBody (request: FastifyRequest): Promise<Buffer | null | undefined> {
   if (request.replayBody !== null) return request.replayBody
   const stream = request.body as Readable | undefined

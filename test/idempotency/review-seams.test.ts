@@ -1,13 +1,14 @@
 // Seams between the idempotency stage and the rest of the request path: a keyed request whose
 // caller left before TI's 401, Apigee's rate-limit 500, a chunked body over MAX_BODY_BYTES.
 // Each frees the key where nothing was placed, and answers as any route would.
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http'
+import { createConnection, type AddressInfo } from 'node:net'
 import { gzipSync } from 'node:zlib'
 import t, { type Test } from 'tap'
 import { startSidecar } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
-import { post } from './ti.js'
+import { metricValue } from '../helpers/metrics.js'
+import { post, startTi } from './ti.js'
 
 const ORDERS = '/v2/store/orders'
 const RULES = `POST ${ORDERS} idempotency=24h require-key`
@@ -83,4 +84,49 @@ t.test('Apigee\'s rate-limit fault (a 500) frees the key, compressed or not; ano
   t.equal(replayed.status, 500)
   t.equal(replayed.headers['idempotent-replayed'], 'true')
   t.equal(seen.get('"po-500"'), 1)
+})
+
+/** A POST whose body is sent chunked (no Content-Length), part by part. */
+async function chunked (url: string, path: string, parts: string[], headers: Record<string, string>): Promise<{ status: number, body: string }> {
+  return await new Promise((resolve, reject) => {
+    const req = request(url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers } }, (res) => {
+      let body = ''
+      res.on('data', (c: Buffer) => { body += c.toString() })
+      res.on('end', () => { resolve({ status: res.statusCode ?? 0, body }) })
+    })
+    req.on('error', reject)
+    for (const p of parts) req.write(p)
+    req.end()
+  })
+}
+
+t.test('a chunked body over MAX_BODY_BYTES on a keyed route: 413 as on any route, its key not held', async (t) => {
+  const ti = await startTi(t)
+  const sidecar = await startSidecar(t, ti.url, { RATE_LIMITS: `${RULES}; POST /v2/plain 100/1h`, MAX_BODY_BYTES: '1000' })
+  const big = ['{"a":"', 'x'.repeat(1500), '"}']
+  const plain = await chunked(sidecar.proxyUrl, '/v2/plain', big, {})
+  const keyed = await chunked(sidecar.proxyUrl, ORDERS, big, { 'idempotency-key': '"k1"' })
+  t.equal(plain.status, 413)
+  t.equal(keyed.status, 413, 'the same 413')
+  t.same(JSON.parse(keyed.body), JSON.parse(plain.body), 'the same body: BODY_TOO_LARGE')
+  t.same(sidecar.logs.entries().filter((l) => Number(l.level) >= 50), [], 'no ERROR line')
+  t.equal(ti.orders.length, 0, 'nothing sent')
+  t.equal((await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': '"k1"' })).status, 201, 'the key is free')
+})
+
+t.test('a caller that aborts a keyed upload: no ERROR, nothing sent, its key not held', async (t) => {
+  const ti = await startTi(t)
+  const sidecar = await startSidecar(t, ti.url, { RATE_LIMITS: RULES, MAX_BODY_BYTES: '100000' })
+  const socket = createConnection(Number(new URL(sidecar.proxyUrl).port), '127.0.0.1')
+  socket.on('error', () => {})
+  socket.write(`POST ${ORDERS} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nidempotency-key: "k2"\r\n` +
+    'transfer-encoding: chunked\r\n\r\n5\r\n{"a":\r\n')
+  await eventually(t, 'the sidecar has the request in flight', async () => await metricValue(sidecar.adminUrl, 'store_auth_proxy_requests_in_flight') === 1)
+  socket.resetAndDestroy()
+  await eventually(t, 'the stage saw the abort', () => sidecar.logs.entries().some((l) =>
+    /idempotency stage failed|before its keyed request was read/.test(String(l.msg))))
+  t.same(sidecar.logs.entries().filter((l) => Number(l.level) >= 50), [], 'no ERROR line')
+  t.equal(ti.orders.length, 0, 'nothing sent')
+  const retry = await post(sidecar.proxyUrl, ORDERS, '{"sku":1}', { 'idempotency-key': '"k2"' })
+  t.equal(retry.status, 201, 'the key is free')
 })
