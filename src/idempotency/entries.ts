@@ -8,8 +8,9 @@ export interface StoredAnswer {
 }
 
 /**
- * One key's record. `pending`: a request with it is on its way (`owner` is the sidecar process
- * sending it; past `deadline` that process is taken to be gone and the outcome is unknown).
+ * One key's record. `pending`: a request with it is on its way (`owner` is the claim that took
+ * it, `PROCESS:N`: the sidecar process and its request; only that claim settles or releases it;
+ * past `deadline` that process is taken to be gone and the outcome is unknown).
  * `done`: TI's answer is kept. `unknown`: the request was written and no complete answer came.
  * Times are wall-clock unix ms: records outlive a process and are shared by the fleet.
  */
@@ -33,7 +34,7 @@ export interface KeyStore {
   readonly backend: 'memory' | 'state-dir' | 'redis'
   /** Takes the key for a new request if nobody holds it (atomically, fleet-wide where shared). */
   take: (id: string, entry: Pending) => Promise<Taken>
-  /** A pending key of `owner` becomes done or unknown; false when it is not (released, expired, taken over). */
+  /** A pending key of `owner` (the claim that took it) becomes done or unknown; false when it is not (released, expired, taken over). */
   settle: (id: string, owner: string, next: Settled) => Promise<boolean>
   /** Forgets a key: only a pending one of `owner` (nothing was sent), or any (an operator, owner undefined). */
   release: (id: string, owner?: string) => Promise<boolean>

@@ -21,6 +21,9 @@ export interface RedisKeyTiming {
 export const DEFAULT_REDIS_KEY_TIMING: RedisKeyTiming = { checkMs: 1000, recoveryMs: 5000 }
 
 // A key's hash: state, fp, owner, deadline, expiresAt; for a done one status, headers (JSON), body.
+// `owner` is the claim that took it (PROCESS:N): PUT and RELEASE act on a pending key only for
+// that claim. A pending key of an older sidecar (its owner the bare process id) matches no claim
+// of this one: it is held until its deadline, then unknown.
 const TAKE = `
 local e = redis.call('GET', KEYS[2])
 if e ~= ARGV[1] then return {'lost'} end
@@ -157,18 +160,22 @@ export function createRedisKeyStore ({ connection, prefix, clock, log, mirror, t
         return { kind: 'held', entry: held }
       } catch (err) {
         if (err instanceof Lost) return { kind: 'unavailable', reason: 'redis lost its keys and the fleet is writing them back', retryAfterMs: recoveryMs }
-        // A take that timed out may have taken the key all the same: given back, as nothing is sent.
+        // A take that timed out may have taken the key all the same: given back, as nothing is sent
+        // (only if this claim took it: a key held by another request stays held).
         client.idemRelease(keyOf(id), EPOCH_KEY, epoch, entry.owner).catch(() => {})
         return { kind: 'unavailable', reason: 'the fleet\'s redis is not answering', retryAfterMs: 1000 }
       }
     },
     async settle (id: string, owner: string, next: Settled): Promise<boolean> {
+      // '' is the scripts' "any pending key" (a mirror's key written back): never a claim's.
+      if (owner === '') return false
       const mirrored = await mirror.settle(id, owner, next)
       const code = await put(id, owner, next)
       if (code === 'lost') await lost()
       return code === 'ok' || mirrored
     },
     async release (id: string, owner?: string): Promise<boolean> {
+      if (owner === '') return false
       const mirrored = await mirror.release(id, owner)
       const code = await client.idemRelease(keyOf(id), EPOCH_KEY, epoch, owner ?? '')
       if (code === 'lost') await lost()

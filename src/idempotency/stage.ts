@@ -13,6 +13,7 @@ import {
   IdempotencyUnavailableError, InternalError, OrderOutcomeUnknownError, sendError
 } from '../errors.js'
 import type { Metrics } from '../metrics.js'
+import { isRateLimitFault } from '../quota/apigee-fault.js'
 import { retryAfterSeconds } from '../quota/retry-after.js'
 import { judge, type KeyStore, type StoredAnswer } from './entries.js'
 import { bodyKey, fingerprint, headerKey, keyId, type KeyFound } from './key.js'
@@ -34,6 +35,8 @@ export interface Claim {
   readonly rule: Rule
   /** The request's fingerprint, kept with the key's answer (a retry is checked against it). */
   readonly fingerprint: string
+  /** Who took the key: this process and this claim; only it settles or releases the key. */
+  readonly owner: string
   phase: 'open' | 'sending' | 'recording' | 'settled'
 }
 
@@ -57,8 +60,10 @@ export interface StageOptions {
 type KeyedRule = Rule & { readonly idempotency: IdempotencyOption }
 
 export function createIdempotencyStage ({ rules, store, clock, metrics, log, pendingMs }: StageOptions) {
-  // This process: a pending key it holds is its own, until it ends.
-  const owner = randomUUID()
+  // Each take is a claim of its own (this process, and a number): a pending key is settled or
+  // released only by the request that took it, never by another request of the same process.
+  const processId = randomUUID()
+  let claims = 0
   const keyed = rules.some((rule) => rule.idempotency !== undefined)
   metrics.measureUnknownKeys(() => store.counts().unknown)
 
@@ -82,7 +87,17 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
    */
   async function decide (request: FastifyRequest, reply: FastifyReply, rule: KeyedRule): Promise<boolean> {
     const option = rule.idempotency
-    const body = await wholeBody(request)
+    let body: Buffer | null | undefined
+    try {
+      body = await wholeBody(request)
+    } catch (err) {
+      // A chunked body past MAX_BODY_BYTES (counted as it streams): the same 413 as on any route.
+      if (err instanceof BodyTooLargeError) return refuse(request, reply, rule, 'invalid', err)
+      if (!gone(request)) throw err
+      // The caller left mid-upload: no key was taken, nothing is sent.
+      log.debug({ rule: rule.id, reason: describe(err) }, 'caller closed the connection before its keyed request was read')
+      return false
+    }
     if (body === undefined) return refuse(request, reply, rule, 'invalid', new BodyTooLargeError(KEYED_BODY_MAX_BYTES))
     let found: KeyFound = headerKey(request.raw.rawHeaders)
     if ('missing' in found && option.bodyField !== undefined) found = bodyKey(body, option.bodyField)
@@ -90,7 +105,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     if ('missing' in found) {
       if (!option.requireKey) {
         // Sent as any request is: nothing to hold it by.
-        request.claim = { id: '', rule, fingerprint: '', phase: 'settled' }
+        request.claim = { id: '', rule, fingerprint: '', owner: '', phase: 'settled' }
         return true
       }
       const where = option.bodyField === undefined ? 'send it in the Idempotency-Key header' : `send it in the Idempotency-Key header or the body field ${option.bodyField}`
@@ -99,11 +114,13 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     const id = keyId(rule.id, found.key)
     const print = fingerprint(request.method, request.raw.url ?? '/', body)
     const now = clock.wallNow()
+    claims += 1
+    const owner = `${processId}:${claims}`
     const taken = await store.take(id, { state: 'pending', fingerprint: print, owner, deadline: now + pendingMs, expiresAt: now + option.lifetimeMs })
       .catch(() => ({ kind: 'unavailable' as const, reason: 'the key store failed', retryAfterMs: 1000 }))
     if (taken.kind === 'unavailable') return refuse(request, reply, rule, 'unavailable', new IdempotencyUnavailableError(taken.reason), taken.retryAfterMs)
     if (taken.kind === 'taken') {
-      const claim: Claim = { id, rule, fingerprint: print, phase: 'open' }
+      const claim: Claim = { id, rule, fingerprint: print, owner, phase: 'open' }
       request.claim = claim
       // Whatever path the request takes, its key is settled when its exchange ends.
       reply.raw.once('close', () => { ended(claim, reply.raw.writableFinished) })
@@ -140,7 +157,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
 
   async function keepUnknown (claim: Claim): Promise<void> {
     const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
-    const kept = await store.settle(claim.id, owner, { state: 'unknown', fingerprint: claim.fingerprint, expiresAt }).catch(() => false)
+    const kept = await store.settle(claim.id, claim.owner, { state: 'unknown', fingerprint: claim.fingerprint, expiresAt }).catch(() => false)
     metrics.idempotencyOutcomesUnknown.inc({ rule: claim.rule.id })
     log.warn({ rule: claim.rule.id, kept }, 'keyed request without a complete answer: its key is held as outcome unknown')
   }
@@ -148,7 +165,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
   function release (claim: Claim): void {
     if (claim.phase !== 'open' && claim.phase !== 'sending') return
     claim.phase = 'settled'
-    void store.release(claim.id, owner).catch((err: unknown) => {
+    void store.release(claim.id, claim.owner).catch((err: unknown) => {
       log.warn({ rule: claim.rule.id, reason: describe(err) }, 'a key of a request never sent could not be released: it is held as unknown once its deadline passes')
     })
   }
@@ -182,15 +199,17 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     /** TI's complete answer: kept for the key's lifetime, before the caller gets it. */
     async answered (claim: Claim | null, answer: StoredAnswer): Promise<void> {
       if (claim === null || claim.phase !== 'sending') return
-      // The gateway's refusals (a token it rejected, its rate limit): TI never acted on the request.
-      if (answer.statusCode === 401 || answer.statusCode === 429) {
+      // The gateway's refusals (a token it rejected, its rate limit, also as Apigee's 500 fault,
+      // compressed or not): TI never acted on the request.
+      if (answer.statusCode === 401 || answer.statusCode === 429 ||
+          (answer.statusCode === 500 && isRateLimitFault(answer.body, answer.headers['content-encoding']))) {
         release(claim)
         return
       }
       claim.phase = 'recording'
       const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
       const done = { state: 'done' as const, fingerprint: claim.fingerprint, answer, expiresAt }
-      const kept = await store.settle(claim.id, owner, done).catch((err: unknown) => {
+      const kept = await store.settle(claim.id, claim.owner, done).catch((err: unknown) => {
         log.warn({ rule: claim.rule.id, reason: describe(err) }, 'TI\'s answer to a keyed request could not be kept: its key is held as unknown once its deadline passes')
         return false
       })
@@ -230,7 +249,10 @@ export interface IdempotencyStatus {
   keys: { pending: number, done: number, unknown: number }
 }
 
-/** The caller's body, whole (read now if it still streams), null for none; undefined when too large to key. */
+/**
+ * The caller's body, whole (read now if it still streams), null for none; undefined when too
+ * large to key. Fails as its stream does: BodyTooLargeError past MAX_BODY_BYTES, a caller's abort.
+ */
 async function wholeBody (request: FastifyRequest): Promise<Buffer | null | undefined> {
   if (request.replayBody !== null) return request.replayBody
   const stream = request.body as Readable | undefined

@@ -239,7 +239,7 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     // The caller left while its body was read or a token awaited: nothing is sent for it.
     // (A cache fill's replay goes on for those who wait for it: its first send already went.)
     if (request.exchange.gone && !(request.fill !== null && request.replayed)) {
-      request.fill?.flight.settle(undefined)
+      abandon(request)
       return
     }
     // idempotency: an idempotent route's key is taken before anything is spent, or the request answered here.
@@ -269,8 +269,18 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     }
     verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
       request.log.error({ err }, 'quota guard failed')
+      idempotency?.unsent(request.claim)
       if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
     })
+  }
+
+  /**
+   * Nothing (more) is sent for this request: those waiting for its fetch go on by themselves,
+   * and its key is free again (also after TI's 401, when the exchange's close has passed).
+   */
+  function abandon (request: FastifyRequest): void {
+    request.fill?.flight.settle(undefined)
+    idempotency?.unsent(request.claim)
   }
 
   function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
@@ -330,12 +340,12 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       // Gone after its point was taken and before anything was written: the point goes back
       // (and those waiting for this fetch go on by themselves).
       quota.refund(verdict.ticket)
-      fill?.flight.settle(undefined)
+      abandon(request)
       return
     }
     // Left while waiting for its budget: never sent, nothing spent (a waiter leads the next fetch).
     if (verdict.reason === 'gone' || callerGone(request)) {
-      fill?.flight.settle(undefined)
+      abandon(request)
       return
     }
     // A stored answer stands in for the refusal while it is within stale=.
@@ -447,18 +457,20 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
     const fill = request.fill
     const forOthers = (): boolean => fill !== null && fill.flight.waiting() > 0
     if (callerGone(request) && !forOthers()) {
-      fill?.flight.settle(undefined)
+      abandon(request)
       return
     }
     request.replayed = true
     const rejected = request.token?.generation ?? 0
     void tokens.renewed(rejected).then((fresh) => {
       if (callerGone(request) && !forOthers()) {
-        fill?.flight.settle(undefined)
+        abandon(request)
         return
       }
       if (fresh === undefined) {
         request.fill?.flight.fail({ answer })
+        // idempotency: the 401 is the answer, and TI did not act on it: the key is free again.
+        idempotency?.unsent(request.claim)
         if (callerGone(request)) return
         // No newer token came: the caller gets the upstream's own answer.
         reply.hijack()
