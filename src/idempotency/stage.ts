@@ -116,7 +116,8 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     const now = clock.wallNow()
     claims += 1
     const owner = `${processId}:${claims}`
-    const taken = await store.take(id, { state: 'pending', fingerprint: print, owner, deadline: now + pendingMs, expiresAt: now + option.lifetimeMs })
+    // Held at least until its deadline: a key must not lapse while its order may be at TI (idempotency=1s).
+    const taken = await store.take(id, { state: 'pending', fingerprint: print, owner, deadline: now + pendingMs, expiresAt: now + Math.max(option.lifetimeMs, pendingMs) })
       .catch(() => ({ kind: 'unavailable' as const, reason: 'the key store failed', retryAfterMs: 1000 }))
     if (taken.kind === 'unavailable') return refuse(request, reply, rule, 'unavailable', new IdempotencyUnavailableError(taken.reason), taken.retryAfterMs)
     if (taken.kind === 'taken') {
