@@ -304,7 +304,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
     // A fetch's answer reaches Redis a moment after its caller: wait for it (1 s at most).
     let keys: string[] = []
     for (const by = performance.now() + 1000; keys.length === 0 && performance.now() < by; await sleep(20)) {
-      keys = (await fleet.admin.keys('*cache:*')).filter((k) => !k.includes('cache-fill:'))
+      // The sidecars' entries only: not another cache's keys (`evict` writes other-cache:*).
+      keys = (await fleet.admin.keys('store-auth-proxy:*:cache:*')).filter((k) => !k.includes('cache-fill:'))
     }
     let rewritten = 0
     for (const key of keys) {
