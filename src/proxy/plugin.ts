@@ -203,23 +203,49 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
   }
 
   function acquireToken (request: FastifyRequest, done: HookHandlerDoneFunction): void {
-    // The cache is asked first: a stored answer needs no token (cached-request.ts gets one for a fetch).
-    if (cacheRule(request) !== undefined) {
+    // The cache is asked first, and an idempotent route's key: a stored answer, a replay or a
+    // key's refusal needs no token (cached-request.ts gets one for a fetch, keyedSend for a send).
+    if (cacheRule(request) !== undefined || keyedRule(request) !== undefined) {
       done()
       return
     }
+    withToken(request, done)
+  }
+
+  /** Gets the request its token: the one held, or the next one (waiting within TOKEN_WAIT_MS); `then` gets the reason none came. */
+  function withToken (request: FastifyRequest, then: (err?: Error) => void): void {
     const token = tokens.current()
     if (token !== undefined) {
       request.token = token
-      done()
+      then()
       return
     }
     const waiting = tokens.get()
     options.tracing?.tokenWait(request, waiting)
     waiting.then((fresh) => {
       request.token = fresh
-      done()
-    }, done)
+      then()
+    }, then)
+  }
+
+  /** The idempotent rule whose key this request has yet to be judged by (none: no key to take, or taken). */
+  function keyedRule (request: FastifyRequest) {
+    return request.claim === null ? idempotency?.ruleFor(request.method, request.raw.url ?? '/') : undefined
+  }
+
+  /**
+   * A keyed request that its key lets through: sent once it has its token. None came: refused
+   * unsent, so its key is free again.
+   */
+  function keyedSend (request: FastifyRequest, reply: FastifyReply): void {
+    withToken(request, (err) => {
+      if (err === undefined) {
+        send(request, reply)
+        return
+      }
+      idempotency?.unsent(request.claim)
+      errorHandler(err as FastifyError, request, reply)
+    })
   }
 
   /** The rule with cache= whose stored answers may serve this GET or HEAD (none: it is sent as any request). */
@@ -243,9 +269,9 @@ async function proxy (app: FastifyInstance, options: ProxyOptions): Promise<void
       return
     }
     // idempotency: an idempotent route's key is taken before anything is spent, or the request answered here.
-    const keyed = request.claim === null ? idempotency?.ruleFor(request.method, request.raw.url ?? '/') : undefined
+    const keyed = keyedRule(request)
     if (keyed !== undefined) {
-      void idempotency?.decide(request, reply, keyed).then((go) => { if (go) send(request, reply) })
+      void idempotency?.decide(request, reply, keyed).then((go) => { if (go) keyedSend(request, reply) })
       return
     }
     if (!quota.active) {
