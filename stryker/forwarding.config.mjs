@@ -1,7 +1,8 @@
 import { area } from './base.mjs'
 
 export default area('forwarding', {
-  mutate: ['src/upstream/forward.ts', 'src/proxy/plugin.ts', 'src/http/rules.ts'],
+  // src/proxy/: the request path's composition (plugin.ts) and its stages (stages/), one file each.
+  mutate: ['src/upstream/forward.ts', 'src/proxy/**/*.ts', 'src/http/rules.ts'],
   testFiles: [
     // First, so a mutant they kill is settled before the slower files run: what forward.ts,
     // proxy.ts and http-rules.ts promise that the files below leave unstated.
@@ -32,6 +33,9 @@ export default area('forwarding', {
     'test/cache/behaviour.test.ts',
     'test/seams/failed-fetch-waiters.test.ts',
     'test/seams/token-after-cache.test.ts',
+    'test/seams/own-answers.test.ts',
+    'test/seams/replay-without-token.test.ts',
+    'test/proxy/dot-param-segments.test.ts',
     'test/faults/revocation.test.ts',
     'test/overload/sidecar.test.ts'
   ],

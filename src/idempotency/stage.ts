@@ -57,7 +57,7 @@ export interface StageOptions {
   pendingMs: number
 }
 
-type KeyedRule = Rule & { readonly idempotency: IdempotencyOption }
+export type KeyedRule = Rule & { readonly idempotency: IdempotencyOption }
 
 export function createIdempotencyStage ({ rules, store, clock, metrics, log, pendingMs }: StageOptions) {
   // Each take is a claim of its own (this process, and a number): a pending key is settled or

@@ -1,0 +1,69 @@
+// The budget stage: the quota guard asked before each send (one budget point per send: a replay
+// after a 401 is a second call the gateway counts). Admitted: on to the upstream stage, with
+// the RateLimit fields when they are on. Refused: a local 429 with Retry-After, or a stored
+// answer within stale= standing in; a caller gone meanwhile gets its point back.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Rule } from '../../config/rate-limit-rules.js'
+import { InternalError, sendError, UpstreamRateLimitedError } from '../../errors.js'
+import type { Verdict } from '../../quota/guard.js'
+import { callerGone } from '../exchange.js'
+import type { Path, StageOptions } from '../path.js'
+
+export function createBudgetStage ({ quota, cache, metrics, fields, idempotency }: StageOptions, path: Path) {
+  function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
+    const fill = request.fill
+    if (verdict.ok) {
+      if (!callerGone(request) || (fill !== null && request.replayed)) {
+        if (fields === undefined) path.forward(request, reply, rule, verdict.ticket)
+        else fields.withFields(rule, reply.raw, () => { path.forward(request, reply, rule, verdict.ticket) })
+        return
+      }
+      // Gone after its point was taken and before anything was written: the point goes back
+      // (and those waiting for this fetch go on by themselves).
+      quota.refund(verdict.ticket)
+      path.abandon(request)
+      return
+    }
+    // Left while waiting for its budget: never sent, nothing spent (a waiter leads the next fetch).
+    if (verdict.reason === 'gone' || callerGone(request)) {
+      path.abandon(request)
+      return
+    }
+    // A stored answer stands in for the refusal while it is within stale=.
+    const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
+    if (fill?.found !== undefined && standing?.usable === true) {
+      fill.flight.settle(fill.found, true)
+      // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
+      const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
+      path.serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
+      return
+    }
+    if (fill !== null) cache?.missed(fill.rule.id)
+    const { message, retryAfterSeconds } = quota.describe(verdict)
+    fields?.refused(rule, reply.raw, verdict.retryAfterMs)
+    request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
+    const error = new UpstreamRateLimitedError(message)
+    // Those waiting for this fetch are refused with it, at once, not one budget wait each.
+    fill?.flight.fail({ error, retryAfterSeconds })
+    sendError(reply, error, metrics, { retryAfterSeconds })
+  }
+
+  return {
+    admitted,
+
+    /** Asks the quota guard for this request's rule, and acts on its verdict (at once, or once it has waited). */
+    admit (request: FastifyRequest, reply: FastifyReply): void {
+      const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+      const verdict = quota.admit(rule, reply.raw)
+      if (!(verdict instanceof Promise)) {
+        admitted(request, reply, rule, verdict)
+        return
+      }
+      verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
+        request.log.error({ err }, 'quota guard failed')
+        idempotency?.unsent(request.claim)
+        if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
+      })
+    }
+  }
+}

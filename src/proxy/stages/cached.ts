@@ -1,0 +1,86 @@
+// The read cache's place in the path (src/cache/ holds the cache): a GET or HEAD of a rule with
+// cache= is asked of the cache before the budget and before the token. A stored answer is served
+// here; a miss waits for another request's fetch or leads one (cached-request.ts), which goes
+// through the budget stage and the upstream stage as any send.
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import type { CacheOption, Rule } from '../../config/rate-limit-rules.js'
+import { cachedRequest } from '../../cache/cached-request.js'
+import type { Entry } from '../../cache/entries.js'
+import type { Serve } from '../../cache/fill.js'
+import type { Failure } from '../../cache/flights.js'
+import { requestCacheable, type StatusParams } from '../../cache/policy.js'
+import type { CacheResult } from '../../cache/read-cache.js'
+import { InternalError, isOwnError, sendError, UpstreamRateLimitedError } from '../../errors.js'
+import { sendHeld } from '../../upstream/forward.js'
+import { callerGone, forwardedPath } from '../exchange.js'
+import type { Path, StageOptions } from '../path.js'
+
+export function createCacheStage (options: StageOptions, path: Path) {
+  const { cache, quota, tokens, metrics, fields, upstreamUrl } = options
+
+  function serveCached (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
+    reply.hijack()
+    if (fields === undefined) {
+      cache?.serve(reply.raw, entry, method, params, result)
+      return
+    }
+    const rule = quota.ruleFor(reply.request.method, reply.request.raw.url ?? '/')
+    fields.withFields(rule, reply.raw, () => { cache?.serve(reply.raw, entry, method, params, result) })
+  }
+
+  function serverFor (request: FastifyRequest, reply: FastifyReply): Serve | undefined {
+    return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
+  }
+
+  function answerFailure (request: FastifyRequest, reply: FastifyReply, failure: Failure): void {
+    if (callerGone(request)) return
+    if ('answer' in failure) {
+      reply.hijack()
+      sendHeld(reply.raw, failure.answer)
+      return
+    }
+    const error = isOwnError(failure.error) ? failure.error as FastifyError : new InternalError()
+    // A waiter refused with its fetch's budget refusal reads the same RateLimit fields.
+    if (error instanceof UpstreamRateLimitedError && failure.retryAfterSeconds !== undefined && quota.active) {
+      fields?.refused(quota.ruleFor(request.method, request.raw.url ?? '/'), reply.raw, failure.retryAfterSeconds * 1000)
+    }
+    sendError(reply, error, metrics, failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds })
+  }
+
+  const cached = cache === undefined
+    ? async () => {}
+    : cachedRequest({
+      cache,
+      quota,
+      upstreamUrl,
+      admitted: (request, reply, rule, verdict) => { path.admitted(request, reply, rule, verdict) },
+      serve: serveCached,
+      callerGone,
+      forwardedPath,
+      hasToken: () => tokens.current() !== undefined,
+      needToken: async (request) => { request.token = tokens.current() ?? await tokens.get() },
+      fail: answerFailure
+    })
+
+  return {
+    serveCached,
+    serverFor,
+    answerFailure,
+
+    /** The rule with cache= whose stored answers may serve this GET or HEAD (none: it is sent as any request). */
+    cacheRule (request: FastifyRequest): (Rule & { cache: CacheOption }) | undefined {
+      if (cache === undefined || request.fill !== null || !requestCacheable(request.method, request.headers)) return undefined
+      const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
+      return rule?.cache === undefined ? undefined : rule as Rule & { cache: CacheOption }
+    },
+
+    /** Served from the cache, or waiting for a fetch, or fetching through the budget. */
+    ask (request: FastifyRequest, reply: FastifyReply, rule: Rule & { cache: CacheOption }): void {
+      cached(request, reply, rule).catch((err: unknown) => {
+        request.fill?.flight.settle(undefined)
+        request.log.error({ err }, 'read cache failed')
+        if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
+      })
+    }
+  }
+}

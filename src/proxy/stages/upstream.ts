@@ -1,0 +1,92 @@
+// The upstream stage: the one send to TI (src/upstream/forward.ts dispatches it) with the
+// request's token, and what each feature does with TI's answer as it arrives: the quota guard
+// reads it (cool-downs), the cache stores it or lets a stored one stand in, the idempotency key
+// keeps it, and a 401 is held back for a replay (replay.ts). Everything else goes to the caller
+// byte for byte.
+import type { Readable } from 'node:stream'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Rule } from '../../config/rate-limit-rules.js'
+import { fillAnswered, fillFailed, fillHeld, fillHolds } from '../../cache/fill.js'
+import { BodyTooLargeError, sendError, UpstreamBusyError, upstreamError } from '../../errors.js'
+import { upstreamRequestHeaders } from '../../http/rules.js'
+import type { Ticket } from '../../quota/guard.js'
+import { sendHeld } from '../../upstream/forward.js'
+import { callerGone, forwardedPath } from '../exchange.js'
+import type { Path, StageOptions } from '../path.js'
+
+export function createUpstreamStage (options: StageOptions, path: Path) {
+  const { upstreamUrl, tokens, metrics, upstream, quota, cache, idempotency } = options
+  const upstreamHost = new URL(upstreamUrl).host
+
+  /** Sends the request upstream with its current token; the answer goes straight to the caller. */
+  function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, ticket: Ticket | undefined): void {
+    const fill = cache === undefined ? null : request.fill
+    // A request that waited (for its budget, or another's fetch) goes with the newest token:
+    // the one it took may have been rejected meanwhile.
+    const newest = tokens.current()
+    if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
+    const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
+    idempotency?.sending(request.claim)
+    // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
+    const headers = upstreamRequestHeaders(
+      request.raw.rawHeaders, request.headers.connection, upstreamHost, request.token?.authorization ?? '', body !== null)
+    upstream.forward({
+      // A cache fill is a GET, also for a HEAD (Node sends a HEAD's caller no body).
+      method: fill === null ? request.method : 'GET',
+      path: forwardedPath(request),
+      headers,
+      body
+    }, reply.raw, {
+      answer: (statusCode, answerHeaders) => {
+        quota.answered(rule, { statusCode, headers: answerHeaders })
+        cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
+        if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
+      },
+      holdBack: (statusCode) => path.holdForReplay(request, statusCode) || quota.holdsBack(statusCode) ||
+        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)) || (idempotency?.holds(request.claim) ?? false),
+      outlivesCaller: fill !== null || idempotency?.keyed(request.claim) === true,
+      heldBack: (answer) => {
+        // idempotency: a keyed request's second 401 is its answer (the replay is the one resend).
+        if (answer.statusCode === 401 && !(request.replayed && request.claim !== null)) {
+          idempotency?.rejected(request.claim)
+          path.replay(request, reply, answer)
+          return
+        }
+        quota.heldBack(rule, answer)
+        // idempotency: TI's answer is kept for the key's retries before the caller gets it.
+        if (idempotency?.keyed(request.claim) === true) {
+          void idempotency?.answered(request.claim, answer).then(() => { if (!callerGone(request)) { reply.hijack(); sendHeld(reply.raw, answer) } })
+          return
+        }
+        if (fill !== null && cache !== undefined && fillHeld(cache, fill, answer, path.serverFor(request, reply))) return
+        if (callerGone(request)) return
+        // Passed on as it came, byte for byte.
+        reply.hijack()
+        sendHeld(reply.raw, answer)
+      },
+      // Nothing of the request reached the upstream: its budget point goes back.
+      unsent: () => { quota.refund(ticket); idempotency?.unsent(request.claim) },
+      failed: (err) => {
+        idempotency?.failed(request.claim)
+        if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
+        if (fill !== null) cache?.missed(fill.rule.id)
+        if (callerGone(request)) return
+        if (err instanceof UpstreamBusyError) {
+          request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
+        } else if (!(err instanceof BodyTooLargeError)) {
+          request.log.warn({ code: (err as { code?: string }).code, reason: err.message }, 'upstream request failed')
+        }
+        sendError(reply, upstreamError(err), metrics)
+      },
+      started: () => {
+        reply.hijack()
+        if (fill === null) return
+        fill.flight.settle(undefined)
+        cache?.missed(fill.rule.id)
+      },
+      truncated: () => { request.exchange.truncated = true; idempotency?.failed(request.claim) }
+    })
+  }
+
+  return { forward }
+}
