@@ -32,19 +32,28 @@ export function createCacheStage (options: StageOptions, path: Path) {
     return callerGone(request) ? undefined : (entry, params, result) => { serveCached(reply, entry, request.method, params, result) }
   }
 
+  /** A waiter's answer when the fetch it waited for failed: that failure, with the RateLimit fields every answer of its rule carries. */
   function answerFailure (request: FastifyRequest, reply: FastifyReply, failure: Failure): void {
     if (callerGone(request)) return
+    const rule = fields === undefined || !quota.active ? undefined : quota.ruleFor(request.method, request.raw.url ?? '/')
+    const withFields = (answer: () => void): void => {
+      if (fields === undefined) answer()
+      else fields.withFields(rule, reply.raw, () => { if (!callerGone(request)) answer() })
+    }
     if ('answer' in failure) {
       reply.hijack()
-      sendHeld(reply.raw, failure.answer)
+      withFields(() => { sendHeld(reply.raw, failure.answer) })
       return
     }
     const error = isOwnError(failure.error) ? failure.error as FastifyError : new InternalError()
-    // A waiter refused with its fetch's budget refusal reads the same RateLimit fields.
-    if (error instanceof UpstreamRateLimitedError && failure.retryAfterSeconds !== undefined && quota.active) {
-      fields?.refused(quota.ruleFor(request.method, request.raw.url ?? '/'), reply.raw, failure.retryAfterSeconds * 1000)
+    const retryAfter = failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds }
+    // A waiter refused with its fetch's budget refusal reads what any local refusal says.
+    if (error instanceof UpstreamRateLimitedError && failure.retryAfterSeconds !== undefined) {
+      fields?.refused(rule, reply.raw, failure.retryAfterSeconds * 1000)
+      sendError(reply, error, metrics, retryAfter)
+      return
     }
-    sendError(reply, error, metrics, failure.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: failure.retryAfterSeconds })
+    withFields(() => { sendError(reply, error, metrics, retryAfter) })
   }
 
   const cached = cache === undefined
