@@ -84,9 +84,10 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
-  // TI's failure is every waiter's answer, but for a 4xx that the fetch's own Range or
-  // condition may have caused; that, or a success not stored, lets them fetch again.
-  const itsOwn = fill.ownAnswer && answer.statusCode < 500 && answer.statusCode !== 429
+  // TI's failure is every waiter's answer, but for what the fetch's own Range or condition
+  // caused (416, 412); that, or a success not stored, lets them fetch again. A 404 is a 404
+  // whatever validator asked (clients with a cache of their own send one on every GET).
+  const itsOwn = fill.ownAnswer && (answer.statusCode === 412 || answer.statusCode === 416)
   if (answer.statusCode >= 400 && !itsOwn) fill.flight.fail({ answer })
   else fill.flight.settle(undefined)
   return false

@@ -99,7 +99,7 @@ const OWN_ANSWER_HEADERS = ['range', 'if-range', 'if-match', 'if-none-match', 'i
 
 /**
  * Whether TI's refusal of this request's fetch (a 416 for its Range, a 412 for its If-Match)
- * may be its own: such a 4xx is not every waiter's answer, here or in the fleet.
+ * may be its own: such an answer is not every waiter's, here or in the fleet.
  */
 export function asksForItsOwn (headers: Headers): boolean {
   return OWN_ANSWER_HEADERS.some((name) => headers[name] !== undefined)
