@@ -260,10 +260,12 @@ async function wholeBody (request: FastifyRequest): Promise<Buffer | null | unde
   if (stream === undefined) return null
   const chunks: Buffer[] = []
   let bytes = 0
-  for await (const chunk of stream) {
+  // Not destroyed when too large: that would cut the caller's connection before its 413. The
+  // rest is read and dropped (the body stage bounds that to DISCARD_BODY_MS after the answer).
+  for await (const chunk of stream.iterator({ destroyOnReturn: false })) {
     bytes += (chunk as Buffer).length
     if (bytes > KEYED_BODY_MAX_BYTES) {
-      stream.destroy()
+      stream.resume()
       return undefined
     }
     chunks.push(chunk as Buffer)
