@@ -21,28 +21,28 @@ export interface OrdersConfig {
 }
 
 /** Parses `METHOD PATH` entries (`;` or newlines between them, `#` comments): the budgets' matcher, no limits. */
-export function parseAllowedRoutes (text: string, problems: string[]): Rule[] {
+export function parseAllowedRoutes (text: string, problems: string[]): readonly Rule[] {
   const routes: Rule[] = []
   // Stryker disable next-line Regex: `.` never crosses the line it is on, so the $ anchor changes nothing
   const entries = text.split('\n').flatMap((line) => line.replace(/#.*$/, '').split(';'))
   let n = 0
   for (const entry of entries) {
-    const words = entry.trim().split(/\s+/).filter((w) => w !== '')
+    const words = entry.match(/\S+/g) ?? []
     if (words.length === 0) continue
     n += 1
     const where = `ALLOWED_ROUTES: route ${n} "${words.join(' ')}"`
-    const [method = '', path = ''] = words
     if (words.length !== 2) {
       problems.push(`${where}: must be METHOD PATH (e.g. GET /v2/store/**)`)
       continue
     }
+    const [method, path] = words as [string, string]
     if (!METHOD.test(method)) problems.push(`${where}: method "${method}" must be an upper-case HTTP method or *`)
     const segments = parsePattern(path)
     if (typeof segments === 'string') problems.push(`${where}: ${segments}`)
     else if (METHOD.test(method)) routes.push(Object.freeze({ id: `${method} ${path}`, method, segments: Object.freeze(segments), limits: Object.freeze([]) }))
   }
   if (n === 0) problems.push('ALLOWED_ROUTES: names no route: leave it unset to allow every route')
-  return routes
+  return Object.freeze(routes)
 }
 
 export function checkOrders (raw: RawEnv, problems: string[]): OrdersConfig {
@@ -52,7 +52,7 @@ export function checkOrders (raw: RawEnv, problems: string[]): OrdersConfig {
   const allowed = text === undefined ? undefined : parseAllowedRoutes(text, problems)
   return Object.freeze({
     stateDir: dir === '' ? undefined : dir,
-    policy: Object.freeze({ allowed: allowed === undefined ? undefined : Object.freeze(allowed), testOrders: raw.TEST_ORDERS === true })
+    policy: Object.freeze({ allowed, testOrders: raw.TEST_ORDERS === true })
   })
 }
 

@@ -40,12 +40,14 @@ function validatorFor (schema: object): ValidateFunction {
     removeAdditional: true,
     useDefaults: true,
     coerceTypes: true,
+    // Stryker disable next-line BooleanLiteral: equivalent for these schemas (none has a union type; Ajv would only warn)
     allowUnionTypes: true,
     addUsedSchema: false,
     // The schemas are this project's own: Ajv's strict mode still refuses an unknown keyword.
     validateSchema: false
   })
   const validate = ajv.compile({ ...schema, additionalProperties: false })
+  // Stryker disable next-line CallExpression: equivalent: the cache saves compiling a schema again, time only (test: parse-env-ajv's "each schema keeps its own validator")
   compiled.set(schema, validate)
   return validate
 }
