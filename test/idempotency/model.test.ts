@@ -1,7 +1,8 @@
 // The promise of idempotent routes against a model: two sidecars (each with its state
 // directory) on one real Redis, callers retrying with random keys, bodies and timing, TI
 // answering, hanging, cutting mid-answer, 401 and 429; Redis frozen and restarted empty;
-// sidecars restarted. After every step: TI never placed two orders with one key; every caller
+// sidecars restarted; Redis stalled while a caller retries an order still at TI (an outside
+// review's find: a timed-out take's release freed the original's key). After every step: TI never placed two orders with one key; every caller
 // got a status line; a replay is TI's first answer byte for byte; an unknown outcome is never
 // resent (TI's second order with the key would be a duplicate).
 import fc from 'fast-check'
@@ -25,6 +26,8 @@ type Step =
   | { kind: 'freeze' }
   | { kind: 'restart-redis' }
   | { kind: 'restart-sidecar', sidecar: number }
+  /** An order held at TI; Redis frozen while the caller retries on the same sidecar (its take times out); thawed; a retry again. */
+  | { kind: 'stall', sidecar: number, key: number, body: number }
 
 const call = fc.record({ kind: fc.constant('call' as const), sidecar: fc.nat(1), key: fc.nat(3), body: fc.nat(1), ti: fc.nat(TI_KINDS.length - 1) })
 const step: fc.Arbitrary<Step> = fc.oneof(
@@ -32,7 +35,8 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { arbitrary: fc.record({ kind: fc.constant('race' as const), key: fc.nat(3), body: fc.nat(1), ti: fc.nat(TI_KINDS.length - 1) }), weight: 3 },
   { arbitrary: fc.constant({ kind: 'freeze' as const }), weight: 1 },
   { arbitrary: fc.constant({ kind: 'restart-redis' as const }), weight: 1 },
-  { arbitrary: fc.record({ kind: fc.constant('restart-sidecar' as const), sidecar: fc.nat(1) }), weight: 1 }
+  { arbitrary: fc.record({ kind: fc.constant('restart-sidecar' as const), sidecar: fc.nat(1) }), weight: 1 },
+  { arbitrary: fc.record({ kind: fc.constant('stall' as const), sidecar: fc.nat(1), key: fc.nat(3), body: fc.nat(1) }), weight: 1 }
 )
 
 t.test('no key is placed twice, through every fault; replays are TI\'s answer; every caller gets a status line', async (t) => {
@@ -47,7 +51,8 @@ t.test('no key is placed twice, through every fault; replays are TI\'s answer; e
     RATE_LIMIT_REDIS_URL: redis.url,
     RATE_LIMIT_REDIS_TIMEOUT_MS: '500',
     RATE_LIMIT_COOLDOWN_MS: '0',
-    UPSTREAM_TIMEOUT_MS: '300',
+    // Longer than a stall (a frozen Redis's 500 ms and the retries around it): the held order is still at TI.
+    UPSTREAM_TIMEOUT_MS: '2000',
     STATE_DIR: dirs[i] ?? ''
   })
   const start = async (i: number): Promise<Built> => await build(t, env(i), { idempotencyTiming: { checkMs: 50, recoveryMs: 1500 } })
@@ -56,6 +61,7 @@ t.test('no key is placed twice, through every fault; replays are TI\'s answer; e
   ti.script(() => queue.shift() ?? { kind: 'answer' })
   const answers = new Map<string, Buffer>()
   let run = 0
+  let stalls = 0
   const labels = new Map<string, number>()
 
   const check = (key: string, reply: Reply | undefined): void => {
@@ -95,6 +101,27 @@ t.test('no key is placed twice, through every fault; replays are TI\'s answer; e
         const reply = await order(0, key, 0)
         redis.thaw()
         check(key, reply)
+      } else if (s.kind === 'stall') {
+        // A key of its own: one a former step holds would never reach TI.
+        const key = `r${run}-stall${++stalls}`
+        queue.length = 0
+        queue.push({ kind: 'hold' })
+        let answered = false
+        const first = order(s.sidecar, key, s.body).finally(() => { answered = true })
+        await eventually(t, 'the order at TI, or answered without it (Redis recovering)', () => ti.held() > 0 || answered)
+        if (ti.held() === 0) {
+          queue.length = 0
+          check(key, await first)
+          continue
+        }
+        redis.freeze()
+        const retry = await order(s.sidecar, key, s.body)
+        redis.thaw()
+        check(key, retry)
+        const again = await order(s.sidecar, key, s.body)
+        ti.release()
+        check(key, again)
+        check(key, await first)
       } else if (s.kind === 'restart-redis') {
         await redis.restart({ withData: false })
         // A new epoch, and its recovery window over: every sidecar has written its keys back.
