@@ -2,7 +2,8 @@
 // directory) on one real Redis, callers retrying with random keys, bodies and timing, TI
 // answering, hanging, cutting mid-answer, 401 and 429; Redis frozen and restarted empty;
 // sidecars restarted; Redis stalled while a caller retries an order still at TI (an outside
-// review's find: a timed-out take's release freed the original's key). After every step: TI never placed two orders with one key; every caller
+// review's find: a timed-out take's release freed the original's key); one sidecar cut off from
+// Redis or stalled while the other takes the key. After every step: TI never placed two orders with one key; every caller
 // got a status line; a replay is TI's first answer byte for byte; an unknown outcome is never
 // resent (TI's second order with the key would be a duplicate).
 import fc from 'fast-check'
@@ -10,6 +11,7 @@ import t from 'tap'
 import { build, startStandIn, type Built } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { startRedis } from '../helpers/redis.js'
+import { startFaultProxy } from '../helpers/tcp-fault-proxy.js'
 import { commitSeed } from '../helpers/seed.js'
 import { tempDir } from '../helpers/temp-dir.js'
 import { post, startTi, type Behaviour, type Reply } from './ti.js'
@@ -28,6 +30,8 @@ type Step =
   | { kind: 'restart-sidecar', sidecar: number }
   /** An order held at TI; Redis frozen while the caller retries on the same sidecar (its take times out); thawed; a retry again. */
   | { kind: 'stall', sidecar: number, key: number, body: number }
+  /** One sidecar cut off from Redis (connections refused) or stalled (nothing passes): a caller tries it, then the other, then it again once healed. */
+  | { kind: 'partition', sidecar: number, how: 'cut' | 'stall', key: number, body: number }
 
 const call = fc.record({ kind: fc.constant('call' as const), sidecar: fc.nat(1), key: fc.nat(3), body: fc.nat(1), ti: fc.nat(TI_KINDS.length - 1) })
 const step: fc.Arbitrary<Step> = fc.oneof(
@@ -36,7 +40,11 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { arbitrary: fc.constant({ kind: 'freeze' as const }), weight: 1 },
   { arbitrary: fc.constant({ kind: 'restart-redis' as const }), weight: 1 },
   { arbitrary: fc.record({ kind: fc.constant('restart-sidecar' as const), sidecar: fc.nat(1) }), weight: 1 },
-  { arbitrary: fc.record({ kind: fc.constant('stall' as const), sidecar: fc.nat(1), key: fc.nat(3), body: fc.nat(1) }), weight: 1 }
+  { arbitrary: fc.record({ kind: fc.constant('stall' as const), sidecar: fc.nat(1), key: fc.nat(3), body: fc.nat(1) }), weight: 1 },
+  {
+    arbitrary: fc.record({ kind: fc.constant('partition' as const), sidecar: fc.nat(1), how: fc.constantFrom('cut' as const, 'stall' as const), key: fc.nat(3), body: fc.nat(1) }),
+    weight: 1
+  }
 )
 
 t.test('no key is placed twice, through every fault; replays are TI\'s answer; every caller gets a status line', async (t) => {
@@ -44,11 +52,13 @@ t.test('no key is placed twice, through every fault; replays are TI\'s answer; e
   const ti = await startTi(t)
   const standIn = await startStandIn(t)
   const dirs = [tempDir('model-a-'), tempDir('model-b-')]
+  const proxies = [await startFaultProxy(t, redis.port), await startFaultProxy(t, redis.port)]
   const env = (i: number): Record<string, string> => ({
     AUTH_URL: standIn.url,
     UPSTREAM_URL: ti.url,
     RATE_LIMITS: `POST ${ORDERS} idempotency=1h require-key`,
-    RATE_LIMIT_REDIS_URL: redis.url,
+    // Each sidecar reaches Redis through a proxy of its own, so one can be cut off alone.
+    RATE_LIMIT_REDIS_URL: `redis://127.0.0.1:${proxies[i]?.port ?? 0}`,
     RATE_LIMIT_REDIS_TIMEOUT_MS: '500',
     RATE_LIMIT_COOLDOWN_MS: '0',
     // Longer than a stall (a frozen Redis's 500 ms and the retries around it): the held order is still at TI.
@@ -122,6 +132,18 @@ t.test('no key is placed twice, through every fault; replays are TI\'s answer; e
         ti.release()
         check(key, again)
         check(key, await first)
+      } else if (s.kind === 'partition') {
+        const key = `r${run}-k${s.key}`
+        const proxy = proxies[s.sidecar]
+        if (s.how === 'cut') await proxy?.cut()
+        else proxy?.stall()
+        queue.push({ kind: 'answer' })
+        check(key, await order(s.sidecar, key, s.body))
+        queue.push({ kind: 'answer' })
+        check(key, await order(1 - s.sidecar, key, s.body))
+        await proxy?.heal()
+        queue.push({ kind: 'answer' })
+        check(key, await order(s.sidecar, key, s.body))
       } else if (s.kind === 'restart-redis') {
         await redis.restart({ withData: false })
         // A new epoch, and its recovery window over: every sidecar has written its keys back.
