@@ -8,7 +8,8 @@ import { build, startStandIn, type Built } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { startUpstream } from '../helpers/upstream.js'
 import { tokenSafeAdvance } from '../quota/sidecar.js'
-import { scrapeSettled, type Samples } from '../helpers/metrics-scrape.js'
+import { eventually } from '../helpers/eventually.js'
+import { scrape, scrapeSettled, seriesKey, type Samples } from '../helpers/metrics-scrape.js'
 
 export const HOUR = 3_600_000
 export const DAY = 24 * HOUR
@@ -122,4 +123,23 @@ export async function cacheSidecar (t: Test, ti: Ti, env: Record<string, string>
       return await res.body.json() as Record<string, unknown>
     }
   }
+}
+
+/** Waits until exactly `n` proxied requests are in the sidecar (arrived, not yet answered). */
+export async function inFlight (t: Test, s: { adminUrl: string }, n: number): Promise<void> {
+  await eventually(t, `${n} requests in flight`, async () =>
+    ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === n)
+}
+
+/**
+ * A caller's whole wait is one fetch: token (at hand), queue, TI's timeout; the idle timeout is
+ * just above it, below two fetches (the second waiter of a serial retry was cut off there).
+ */
+export const ONE_FETCH_ENV = {
+  RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h',
+  RATE_LIMIT_MAX_WAIT_MS: '0',
+  TOKEN_WAIT_MS: '100',
+  UPSTREAM_QUEUE_TIMEOUT_MS: '200',
+  UPSTREAM_TIMEOUT_MS: '3000',
+  IDLE_TIMEOUT_MS: '4500'
 }

@@ -4,9 +4,7 @@
 // fetching caller's answer carried.
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { eventually } from '../helpers/eventually.js'
-import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
-import { cacheSidecar, startTi, type CacheSidecar } from '../cache/fixture.js'
+import { cacheSidecar, inFlight, startTi, type CacheSidecar } from '../cache/fixture.js'
 
 const PATH = '/v2/store/a'
 const ENV = { RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h', RATE_LIMIT_MAX_WAIT_MS: '0', UPSTREAM_TIMEOUT_MS: '1000' }
@@ -22,10 +20,9 @@ async function get (s: CacheSidecar): Promise<Got> {
 /** One fetch held at TI and three callers waiting for it. */
 async function waitingOnOne (t: Test, s: CacheSidecar): Promise<Array<Promise<Got>>> {
   const callers = [get(s)]
-  await eventually(t, 'the fetch at TI', async () => ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 1)
+  await inFlight(t, s, 1)
   for (let i = 0; i < 3; i++) callers.push(get(s))
-  await eventually(t, 'four callers in the sidecar', async () =>
-    ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 4)
+  await inFlight(t, s, 4)
   return callers
 }
 

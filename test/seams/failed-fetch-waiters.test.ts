@@ -5,20 +5,10 @@
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { eventually } from '../helpers/eventually.js'
-import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
-import { cacheSidecar, catalogBody, startTi, type CacheSidecar, type Ti, type TiAnswer } from '../cache/fixture.js'
+import { ONE_FETCH_ENV, cacheSidecar, catalogBody, inFlight, startTi, type CacheSidecar, type Ti, type TiAnswer } from '../cache/fixture.js'
 
 const PATH = '/v2/store/a'
-// A caller's whole wait is one fetch: token (at hand), queue, TI's timeout; the idle timeout is
-// just above it, below two fetches (the second waiter of a serial retry was cut off there).
-const ENV = {
-  RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h',
-  RATE_LIMIT_MAX_WAIT_MS: '0',
-  TOKEN_WAIT_MS: '100',
-  UPSTREAM_QUEUE_TIMEOUT_MS: '200',
-  UPSTREAM_TIMEOUT_MS: '3000',
-  IDLE_TIMEOUT_MS: '4500'
-}
+const ENV = ONE_FETCH_ENV
 
 interface Got { status: number | 'no status line', body: string, doneAt: number }
 
@@ -29,11 +19,6 @@ async function get (s: CacheSidecar): Promise<Got> {
   } catch {
     return { status: 'no status line', body: '', doneAt: performance.now() }
   }
-}
-
-async function inFlight (t: Test, s: CacheSidecar, n: number): Promise<void> {
-  await eventually(t, `${n} requests in flight`, async () =>
-    ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === n)
 }
 
 /** One leader held at TI, five callers waiting for its fetch; then TI does `fail` (nothing: it hangs). */

@@ -3,21 +3,13 @@
 // answer. Only what a Range or a condition causes (416, 412) is the fetching caller's own. Found
 // by an outside review: any 4xx to such a fetch sent each waiter to TI in turn, N calls for N
 // callers, and the last ones past IDLE_TIMEOUT_MS with no status line.
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { request } from 'undici'
 import { eventually } from '../helpers/eventually.js'
-import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
-import { cacheSidecar, startTi, type CacheSidecar } from '../cache/fixture.js'
+import { ONE_FETCH_ENV, cacheSidecar, inFlight, startTi, type CacheSidecar } from '../cache/fixture.js'
 
 const PATH = '/v2/store/a'
-const ENV = {
-  RATE_LIMITS: 'GET /v2/store/** 100/1h cache=1h',
-  RATE_LIMIT_MAX_WAIT_MS: '0',
-  TOKEN_WAIT_MS: '100',
-  UPSTREAM_QUEUE_TIMEOUT_MS: '200',
-  UPSTREAM_TIMEOUT_MS: '3000',
-  IDLE_TIMEOUT_MS: '4500'
-}
+const ENV = ONE_FETCH_ENV
 const VALIDATOR = { 'if-none-match': '"v1"' }
 const NOT_FOUND = { status: 404, headers: { 'content-type': 'application/json' }, body: '{"error":"no such product"}' }
 
@@ -29,11 +21,6 @@ async function get (s: CacheSidecar): Promise<number | 'no status line'> {
   } catch {
     return 'no status line'
   }
-}
-
-async function inFlight (t: Test, s: CacheSidecar, n: number): Promise<void> {
-  await eventually(t, `${n} requests in flight`, async () =>
-    ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === n)
 }
 
 t.test('six callers with If-None-Match wait for one fetch that TI answers 404: one request to TI', async (t) => {

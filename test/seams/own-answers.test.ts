@@ -6,10 +6,9 @@
 import t from 'tap'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
-import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
 import { startRedis } from '../helpers/redis.js'
 import { fleetSidecar } from '../cache/fleet-ready.js'
-import { CATALOG, DAY, cacheSidecar, catalogBody, startTi, type Ti, type TiAnswer } from '../cache/fixture.js'
+import { CATALOG, DAY, cacheSidecar, catalogBody, inFlight, startTi, type Ti, type TiAnswer } from '../cache/fixture.js'
 
 const ENV = { RATE_LIMITS: `GET ${CATALOG} 100/1h cache=4h stale=1d`, RATE_LIMIT_MAX_WAIT_MS: '0' }
 
@@ -31,8 +30,7 @@ for (const [name, headers, status] of [['Range', { range: 'bytes=999999-' }, 416
     const leader = s.get(CATALOG, headers)
     await eventually(t, 'the leader\'s fetch is at TI', () => ti.waiting() === 1)
     const waiter = s.get(CATALOG)
-    await eventually(t, 'both callers in the sidecar', async () =>
-      ((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 2)
+    await inFlight(t, s, 2)
     ti.release()
     t.equal((await leader).status, status, 'the leader gets TI\'s answer to its request')
     const w = await waiter
