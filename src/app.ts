@@ -263,7 +263,7 @@ async function createQuota (config: Config, deps: AppDependencies, metrics: Metr
       shared = (await import('./cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
     }
     fleet = (onCooldown) => createFleetStore({
-      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
+      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member, resumed: durable.resumed }),
       redis,
       clock,
       log: log.child({ component: 'quota' }),
@@ -312,9 +312,9 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
   } else {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
-  const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
-  const writer = createLedgerWriter(dir, member, ledger, clock)
-  return { ledger, member, save: writer.save }
+  const resumed = loaded.state === 'loaded' && loaded.member !== ''
+  const member = resumed ? loaded.member : newMemberId()
+  return { ledger, member, resumed, save: createLedgerWriter(dir, member, ledger, clock).save }
 }
 
 interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage, tracing?: RequestTracing }

@@ -7,6 +7,7 @@ export default area('quota-fleet', {
     'src/quota/guard.ts',
     'src/quota/fleet-store.ts',
     'src/quota/redis-backend.ts',
+    'src/quota/redis-scripts.ts',
     'src/redis/connection.ts'
   ],
   // loading.test.ts is left out: it runs dist/main.js (which modules start-up loads), which

@@ -72,8 +72,9 @@ export interface FleetStoreOptions {
   onCooldown: (scope: string) => void
   /** The ledger, when kept in STATE_DIR: with an earlier run's sends restored (ledger-file.ts). */
   ledger?: Ledger
-  /** The earlier run's member id, kept in STATE_DIR: Redis sees the same sidecar come back. */
+  /** This sidecar's member id, kept in STATE_DIR; `resumed`: an earlier run's (Redis sees it come back, not a new one). */
   memberId?: string
+  resumed?: boolean
 }
 
 export function createFleetStore (options: FleetStoreOptions) {
@@ -81,7 +82,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const timing: FleetTiming = { ...DEFAULT_FLEET_TIMING, ...options.timing }
   const ledger = options.ledger ?? createLedger(clock)
   const cooldowns: Cooldowns = createCooldowns(clock)
-  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
+  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '', fresh: options.resumed !== true }
   // A member id kept from an earlier run names the sidecar; this run's sends get ids of their own.
   const nextId = createSendIds(options.memberId === undefined ? member.id : newMemberId())
   /** When this process started: an earlier run of this sidecar may have spent until then. */
@@ -102,12 +103,9 @@ export function createFleetStore (options: FleetStoreOptions) {
   let starting = true
   /** The sidecars present when more than RATE_LIMIT_FLEET_SIZE was last reported (0: not over). */
   let reportedOver = 0
-  /**
-   * The latest monotonic time at which Redis may still count this sidecar present: every
-   * presence-renewing script is sent with a deadline of its send time + the timeout, and
-   * presence lasts the TTL after it. Spending alone is safe one window after this. It starts
-   * as if a script had been sent at start: an earlier run of this sidecar may still be present.
-   */
+  // The latest monotonic time at which Redis may still count this sidecar present (a script's
+  // deadline + the presence TTL; at start, as if one was sent then): spending alone is safe one
+  // window after it.
   let presenceBound = bornAt + redisTimeoutMs + timing.presenceTtlMs
   let problem: string | undefined
   let loggedProblem: string | undefined
@@ -124,11 +122,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     reportFleetSize()
   }
 
-  /**
-   * More sidecars present than RATE_LIMIT_FLEET_SIZE declares: the one moment a sidecar can see
-   * the guarantee's first assumption broken (shares spent while cut off may add up to more
-   * than a budget). Logged once per change of the count; /readyz and /status say it too.
-   */
+  /** More sidecars present than declared (the guarantee's first assumption broken): logged once per change; /readyz and /status say it. */
   function reportFleetSize (): void {
     const over = fleetFloor > 0 && present > fleetFloor ? present : 0
     if (over === reportedOver) return
@@ -299,6 +293,7 @@ export function createFleetStore (options: FleetStoreOptions) {
           metrics.rateLimitRedisDataLost?.inc()
         }
         member.epoch = reply.epoch
+        member.fresh = false
         if (reply.epochAgeMs < timing.freshGraceMs) graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         if (starting) firstGraceUntil = graceUntil
         learn(reply)
@@ -444,6 +439,8 @@ export function createFleetStore (options: FleetStoreOptions) {
     async close (): Promise<void> {
       closed = true
       stopTimer?.()
+      // Shared, Redis holds every send: leave. Else lapse, and a newcomer holds the share back (redis-scripts.ts).
+      if (state === 'shared' && reasserting === undefined) await redis.leave(member).catch(() => {})
       await redis.close()
     }
   }

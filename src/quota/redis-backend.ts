@@ -1,11 +1,8 @@
-// The Redis side of the fleet's tally: the scripts and the connection. Loaded (through
-// fleet-store.ts) with a dynamic import() only when RATE_LIMIT_REDIS_URL(_FILE) is set, so
-// that ioredis is never loaded otherwise. The policy (when to trust Redis, what to do without
-// it) is fleet-store.ts's; this file only runs commands and reports what they found.
-//
-// Each limit is a sliding log: a sorted set of send ids scored by Redis's own clock (TIME),
-// so "at most N in any W" holds across the fleet whatever the sidecars' clocks say. Every
-// script is atomic: a take adds its send id to every limit of the rule, or to none.
+// The Redis side of the fleet's tally: the connection and the calls of the scripts in
+// redis-scripts.ts. Loaded (through fleet-store.ts) with a dynamic import() only when
+// RATE_LIMIT_REDIS_URL(_FILE) is set, so that ioredis is never loaded otherwise. The policy
+// (when to trust Redis, what to do without it) is fleet-store.ts's; this file only runs
+// commands and reports what they found.
 // rate-limiter-flexible would not do: its consume() spends even when it refuses, its Redis
 // windows are whole seconds, and a union of limiters spends on the limits that had room.
 import { createHash } from 'node:crypto'
@@ -15,172 +12,9 @@ import { openRedis } from '../redis/connection.js'
 import { readMemoryPolicy, type MemoryPolicy } from '../redis/memory-policy.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import type { CooldownRequest } from './store.js'
+import { COOL_DOWN, HEARTBEAT, PEEK, REASSERT, REFUND, TAKE } from './redis-scripts.js'
 
-// Shared by the scripts: Redis's clock in ms; the caller's deadline (a command that waited in
-// a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
-// presence (each sidecar renews a member entry that lapses after a TTL). The fleet size the
-// formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more.
-const PRELUDE = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function late (deadline) return deadline >= 0 and now > deadline end
-local function presence (membersKey, member, ttl, floor)
-  redis.call('ZREMRANGEBYSCORE', membersKey, '-inf', now)
-  redis.call('ZADD', membersKey, now + ttl, member)
-  redis.call('PEXPIRE', membersKey, ttl)
-  local present = redis.call('ZCARD', membersKey)
-  return present, math.max(present, floor)
-end
-`
-
-// KEYS: epoch, members, cooldown, then (log, gate) per limit.
-// ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per limit.
-// Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
-// (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
-// 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
-// A limit keeps room for the share of every sidecar not present (it may be spending its
-// share on its own): used + 1 + (size - present) * floor(count / size) <= count.
-const TAKE = PRELUDE + `
-if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
-if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-local cd = redis.call('PTTL', KEYS[3])
-if cd > 0 then return {1, cd, size, present, now} end
-local wait, gated = 0, 0
-for i = 4, #KEYS, 2 do
-  local g = redis.call('PTTL', KEYS[i + 1])
-  if g > gated then gated = g end
-  local count, window = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
-  local used = redis.call('ZCARD', KEYS[i])
-  local room = count
-  if size > present then room = count - (size - present) * math.floor(count / size) end
-  if used + 1 > room then
-    local w = window
-    local leaving = used - room + 1
-    if room > 0 then
-      local e = redis.call('ZRANGE', KEYS[i], leaving - 1, leaving - 1, 'WITHSCORES')
-      w = tonumber(e[2]) + window - now
-    end
-    if w > wait then wait = w end
-  end
-end
-if gated > 0 then return {4, gated, size, present, now} end
-if wait > 0 then return {2, wait, size, present, now} end
-for i = 4, #KEYS, 2 do
-  redis.call('ZADD', KEYS[i], now, ARGV[6])
-  redis.call('PEXPIRE', KEYS[i], ARGV[i + 4])
-end
-return {0, 0, size, present, now}
-`
-
-// KEYS: epoch, members, then (log, gate) per limit of every rule.
-// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, then per
-// limit: window ms, n, then n × (send id, age ms).
-// Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
-// registers it present, in one step. If the epoch is missing or another than expected, Redis
-// lost its data: every limit is gated for one window (counts in it cannot be trusted).
-// Returns {late (1/0), lost (1/0), fleet size, present, now, epoch}.
-const REASSERT = PRELUDE + `
-if late(tonumber(ARGV[1])) then return {1, 0, 0, 0, now, ''} end
-local epoch = redis.call('GET', KEYS[1])
-local lost = 0
-if not epoch then
-  epoch = ARGV[6] .. ':' .. now
-  redis.call('SET', KEYS[1], epoch)
-  if ARGV[5] ~= '' then lost = 1 end
-elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
-  lost = 1
-end
-local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-local a = 7
-for i = 3, #KEYS, 2 do
-  local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  a = a + 2
-  for j = 1, n do
-    redis.call('ZADD', KEYS[i], 'GT', now - tonumber(ARGV[a + 1]), ARGV[a])
-    a = a + 2
-  end
-  if n > 0 then redis.call('PEXPIRE', KEYS[i], window) end
-  if lost == 1 and redis.call('PTTL', KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], '1', 'PX', window) end
-end
-return {0, lost, size, present, now, epoch}
-`
-
-// KEYS: epoch, members, then the cool-down of each scope. ARGV: deadline, member, ttl,
-// floor, epoch expected. Returns {code, fleet size, present, now, ms left of each cool-down}:
-// 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
-// cool-down the fleet holds, and keeps it should Redis go away.
-const HEARTBEAT = PRELUDE + `
-if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
-if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(KEYS[2], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-local out = {0, size, present, now}
-for i = 3, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
-return out
-`
-
-// KEYS: epoch, members, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
-// (count, window ms) per limit. Read-only (RateLimit fields, the remaining-budget gauges): per
-// limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
-// sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
-// there is room, else the one whose exit lets one more in); nothing while cooling down or gated. Returns {code, now, then (left, ms) per limit}: 0, or 5 the epoch.
-const PEEK = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- MGET: Redis's GET statistics stay the read cache's own (test/cache/fleet.test.ts counts them).
-if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
-local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
-local size = math.max(present, tonumber(ARGV[1]))
-local cd = redis.call('PTTL', KEYS[3])
-local out = {0, now}
-for i = 4, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 1]), tonumber(ARGV[i])
-  local room = count
-  if size > present then room = count - (size - present) * math.floor(count / size) end
-  local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
-  -- The send whose exit lets one more in (the oldest while there is room).
-  local leaving = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', math.max(0, used - room), 1)
-  local ms = 0
-  if leaving[2] then ms = tonumber(leaving[2]) + window - now end
-  local gate = redis.call('PTTL', KEYS[i + 1])
-  if gate > 0 or cd > 0 then
-    out[#out + 1] = 0
-    out[#out + 1] = math.max(gate, cd, ms)
-  else
-    out[#out + 1] = math.max(0, room - used)
-    out[#out + 1] = ms
-  end
-end
-return out
-`
-
-// KEYS: the logs of a rule's limits. ARGV: the send id. A send that never reached the upstream.
-const REFUND = `
-for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
-return 0
-`
-
-// KEYS[1] the scope's cool-down (value: its length; PTTL: what is left), KEYS[2] the last
-// cool-down's length, kept for twice its length (the backoff window, store.ts nextCooldownMs).
-// ARGV: Retry-After ms (-1 for none), base ms, max ms. Returns the ms until the cool-down ends.
-const COOL_DOWN = `
-local active = redis.call('PTTL', KEYS[1])
-if active < 0 then active = 0 end
-local ra = tonumber(ARGV[1])
-local len
-if ra >= 0 then
-  len = math.min(ra, tonumber(ARGV[3]))
-  if len <= active then return active end
-else
-  if active > 0 then return active end
-  local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if previous > 0 then len = math.min(previous * 2, tonumber(ARGV[3])) else len = math.min(tonumber(ARGV[2]), tonumber(ARGV[3])) end
-end
-redis.call('SET', KEYS[1], len, 'PX', len)
-redis.call('SET', KEYS[2], len, 'PX', len * 2)
-return len
-`
+export { GHOST_KEEP_MS } from './redis-scripts.js'
 
 /**
  * The prefix of every key: sidecars with one credential (token endpoint and client id)
@@ -209,6 +43,8 @@ export interface Member {
   fleetFloor: number
   /** The epoch this sidecar knows ('' before its first contact). */
   epoch: string
+  /** Never registered under this id (a new pod, not a restart keeping its ledger): it may take a lapsed sidecar's place. */
+  fresh: boolean
 }
 
 export type TakeCode = 'ok' | 'cooldown' | 'budget' | 'late' | 'gated' | 'epoch'
@@ -281,11 +117,11 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}newcomers`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   // Stryker disable next-line StringLiteral: one gate for a scope's limits holds for its longest window, and a take waits for the longest gate of its limits anyway
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)
-  const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch]
+  const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch, m.fresh ? 1 : 0]
 
   return {
     displayUrl,
@@ -334,6 +170,10 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]))
       if (Number(reply[0]) !== 0) return undefined
       return limits.map((_, i) => ({ left: Number(reply[2 + 2 * i]), resetMs: Number(reply[3 + 2 * i]) }))
+    },
+    /** A sidecar stopping while shared: every send of it is in Redis, so it leaves without a trace (no lapse to remember). */
+    async leave (member: Member): Promise<void> {
+      await client.zrem(fleetKeys[1] as string, member.id)
     },
     async refund (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
       if (limits.length === 0) return

@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { systemClock } from '../../src/clock.js'
@@ -66,7 +67,7 @@ t.test('the sidecars\' user: budgets and cool-downs work, nothing else does', as
   t.ok(await store.ping(), 'PING')
   await store.readClock()
   const limit = { count: 1, windowMs: 60_000, text: '1/1m' }
-  const member = { id: 'acl-test', presenceTtlMs: 3_000, fleetFloor: 1, epoch: '' }
+  const member = { id: 'acl-test', presenceTtlMs: 3_000, fleetFloor: 1, epoch: '', fresh: true }
   const joined = await store.reassert(member, [{ scope: 'GET /catalog', limit, sends: [] }], 'epoch')
   t.match(joined, { late: false, lost: false, present: 1 }, 'registered (TIME, GET, SET, ZADD, ZREMRANGEBYSCORE, ZCARD, PTTL, PEXPIRE)')
   member.epoch = joined.epoch
@@ -75,6 +76,13 @@ t.test('the sidecars\' user: budgets and cool-downs work, nothing else does', as
   await store.refund('GET /catalog', [limit], 'send-1')
   t.match(await store.take(member, 'GET /catalog', [limit], 'send-3'), { code: 'ok' }, 'a refund given back (ZREM)')
   t.match(await store.heartbeat(member, ['GET /catalog']), { code: 'ok' }, 'a heartbeat')
+  // A sidecar that lapses, and a new one that takes its place (ZSCORE, ZPOPMIN), then leaves.
+  const brief = { id: 'acl-brief', presenceTtlMs: 20, fleetFloor: 1, epoch: member.epoch, fresh: false }
+  t.match(await store.heartbeat(brief, []), { code: 'ok' }, 'a brief presence')
+  await setTimeout(60)
+  const arriving = { id: 'acl-new', presenceTtlMs: 3_000, fleetFloor: 1, epoch: member.epoch, fresh: true }
+  t.match(await store.reassert(arriving, [{ scope: 'GET /catalog', limit, sends: [] }], 'epoch'), { late: false, present: 2 }, 'a newcomer in a lapsed sidecar\'s place')
+  await store.leave(arriving)
   t.ok(await store.coolDown('GET /catalog', { retryAfterMs: undefined, baseMs: 1_000, maxMs: 60_000 }) > 0, 'a cool-down set (SET PX)')
 
   const raw = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0 })

@@ -3,15 +3,14 @@
 // violation fails the run. Shrink this list as each fix lands: the model then holds the
 // fixed code to the promise, and counterexamples.test.ts turns its case's test into a real one.
 export const KNOWN_OPEN = new Set<string>([
-  'case-2', // cached answers evict the budgets
-  // A pod replaced (a new, empty STATE_DIR) while cut off: its predecessor's sends are lost and
-  // its share spent twice. docs/quota-guard.md says the others keep that share free; they do not.
-  'case-3-replace'
+  'case-2' // cached answers evict the budgets
   // case-1 (a cold fleet's misses meet the spent budget) and case-6 (stale refreshes across the
   // fleet) hold since the fleet's fetch claims (src/cache/fleet-fetch.ts, 2026-12-01);
   // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
   // waiters) hold since c7cb9df; case-3 for a restart (the ledger in STATE_DIR) since 68e0221;
-  // case-7 (versioned entries: another layout is a miss) since ed7ca12.
+  // case-7 (versioned entries: another layout is a miss) since ed7ca12; case-3-replace (a
+  // newcomer holds back the share of the lapsed sidecar it replaces, redis-scripts.ts) since
+  // the newcomers' hold.
 ])
 
 /** What each attributable case is, for reports. */

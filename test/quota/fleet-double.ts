@@ -51,6 +51,7 @@ export function scriptedRedis () {
       return { code: 'ok', ...fleet(), cooldowns: new Map(), ...s.heartbeat() }
     },
     async refund () { await run('refund') },
+    async leave () { await run('leave') },
     async coolDown (scope: string, request: CooldownRequest) { await run('cooldown'); cooledDown.push({ scope, request }); return s.coolDown(request) },
     onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
     async connect () { return s.down === undefined },

@@ -55,6 +55,7 @@ function fakeRedis () {
       return { code: 'ok' as const, fleetSize: state.fleetSize, present: state.present }
     },
     async refund (_s: string, _l: unknown, id: string) { refunded.push(id); if (!state.up) fail() },
+    async leave () { calls.push('leave'); if (!state.up) fail() },
     async coolDown (_s: string, request: { retryAfterMs: number | undefined }) { calls.push('cooldown'); if (!state.up) fail(); return request.retryAfterMs ?? 1000 },
     onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
     async connect () { return state.up },

@@ -1,0 +1,209 @@
+// The Lua scripts of the fleet's tally (redis-backend.ts runs them). Each limit is a sliding
+// log: a sorted set of send ids scored by Redis's own clock (TIME), so "at most N in any W"
+// holds across the fleet whatever the sidecars' clocks say. Every script is atomic: a take
+// adds its send id to every limit of the rule, or to none.
+
+// How long the fleet remembers a sidecar that lapsed (ms): see `presence` below.
+export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
+
+// Redis's clock in ms, and what a new sidecar's arrival holds back (KEYS[4], the newcomers).
+// A sidecar cut off from Redis spends its share alone from one window after its presence
+// lapsed; should it then be replaced by a new pod, what it spent is known to no one. The
+// newcomer that arrives in its place (it takes the oldest lapsed sidecar's place, see
+// `presence`) therefore keeps that share back for one window of each limit, where the lapse
+// was more than a window before the arrival (else the lapsed sidecar never spent alone). The
+// share kept is that of RATE_LIMIT_FLEET_SIZE: the most a lapsed sidecar could spend alone.
+const CLOCK = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function heldBack (count, window, floor)
+  if floor <= 0 then return 0 end
+  local share = math.floor(count / floor)
+  if share == 0 then return 0 end
+  local n = 0
+  local arrivals = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
+  for j = 1, #arrivals, 2 do
+    local lapse = tonumber(string.match(arrivals[j], '|(%-?[%d.e+]+)$'))
+    if lapse and tonumber(arrivals[j + 1]) - lapse > window then n = n + 1 end
+  end
+  return n * share
+end
+`
+
+// Shared by the scripts that renew presence: the caller's deadline (a command that waited in
+// a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
+// presence (each sidecar renews a member entry, KEYS[2], that lapses after a TTL). The fleet
+// size the formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more.
+// A sidecar that lapses (it did not leave: it crashed, or was cut off and may be spending its
+// share alone) is remembered in KEYS[3]; it is forgotten when it comes back, when a new sidecar
+// takes its place (KEYS[4], the newcomers), or after GHOST_KEEP_MS.
+const PRELUDE = CLOCK + `
+local function late (deadline) return deadline >= 0 and now > deadline end
+local function presence (member, ttl, floor, fresh)
+  local members, lapsed, newcomers = KEYS[2], KEYS[3], KEYS[4]
+  local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now, 'WITHSCORES')
+  for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
+  redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', lapsed, '-inf', now - ${GHOST_KEEP_MS})
+  redis.call('ZREMRANGEBYSCORE', newcomers, '-inf', now - ${GHOST_KEEP_MS})
+  if not redis.call('ZSCORE', members, member) and redis.call('ZREM', lapsed, member) == 0 and fresh == 1 then
+    local ghost = redis.call('ZPOPMIN', lapsed)
+    if ghost[1] then redis.call('ZADD', newcomers, now, member .. '|' .. ghost[2]) end
+  end
+  redis.call('ZADD', members, now + ttl, member)
+  for _, k in ipairs({members, lapsed, newcomers}) do redis.call('PEXPIRE', k, ${GHOST_KEEP_MS}) end
+  local present = redis.call('ZCARD', members)
+  return present, math.max(present, floor)
+end
+`
+
+// KEYS: epoch, members, lapsed, newcomers, cooldown, then (log, gate) per limit.
+// ARGV: deadline, member, ttl, floor, epoch expected, fresh (1/0), send id, then (count,
+// window ms) per limit.
+// Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
+// (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
+// 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
+// A limit keeps room for the share of every sidecar not present (it may be spending its
+// share on its own), and for what a newcomer holds back (CLOCK):
+// used + 1 + (size - present) * floor(count / size) + held back <= count.
+export const TAKE = PRELUDE + `
+if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
+if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
+local floor = tonumber(ARGV[4])
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[6]))
+local cd = redis.call('PTTL', KEYS[5])
+if cd > 0 then return {1, cd, size, present, now} end
+local wait, gated = 0, 0
+for i = 6, #KEYS, 2 do
+  local g = redis.call('PTTL', KEYS[i + 1])
+  if g > gated then gated = g end
+  local count, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
+  local used = redis.call('ZCARD', KEYS[i])
+  local room = count - heldBack(count, window, floor)
+  if size > present then room = room - (size - present) * math.floor(count / size) end
+  if used + 1 > room then
+    local w = window
+    local leaving = used - room + 1
+    if room > 0 then
+      local e = redis.call('ZRANGE', KEYS[i], leaving - 1, leaving - 1, 'WITHSCORES')
+      w = tonumber(e[2]) + window - now
+    end
+    if w > wait then wait = w end
+  end
+end
+if gated > 0 then return {4, gated, size, present, now} end
+if wait > 0 then return {2, wait, size, present, now} end
+for i = 6, #KEYS, 2 do
+  redis.call('ZADD', KEYS[i], now, ARGV[7])
+  redis.call('PEXPIRE', KEYS[i], ARGV[i + 3])
+end
+return {0, 0, size, present, now}
+`
+
+// KEYS: epoch, members, lapsed, newcomers, then (log, gate) per limit of every rule.
+// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), fresh (1/0), new epoch
+// id, then per limit: window ms, n, then n × (send id, age ms).
+// Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
+// registers it present, in one step. If the epoch is missing or another than expected, Redis
+// lost its data: every limit is gated for one window (counts in it cannot be trusted).
+// Returns {late (1/0), lost (1/0), fleet size, present, now, epoch}.
+export const REASSERT = PRELUDE + `
+if late(tonumber(ARGV[1])) then return {1, 0, 0, 0, now, ''} end
+local epoch = redis.call('GET', KEYS[1])
+local lost = 0
+if not epoch then
+  epoch = ARGV[7] .. ':' .. now
+  redis.call('SET', KEYS[1], epoch)
+  if ARGV[5] ~= '' then lost = 1 end
+elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
+  lost = 1
+end
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]))
+local a = 8
+for i = 5, #KEYS, 2 do
+  local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  a = a + 2
+  for j = 1, n do
+    redis.call('ZADD', KEYS[i], 'GT', now - tonumber(ARGV[a + 1]), ARGV[a])
+    a = a + 2
+  end
+  if n > 0 then redis.call('PEXPIRE', KEYS[i], window) end
+  if lost == 1 and redis.call('PTTL', KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], '1', 'PX', window) end
+end
+return {0, lost, size, present, now, epoch}
+`
+
+// KEYS: epoch, members, lapsed, newcomers, then the cool-down of each scope. ARGV: deadline,
+// member, ttl, floor, epoch expected, fresh (1/0). Returns {code, fleet size, present, now, ms left of each cool-down}:
+// 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
+// cool-down the fleet holds, and keeps it should Redis go away.
+export const HEARTBEAT = PRELUDE + `
+if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
+if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]))
+local out = {0, size, present, now}
+for i = 5, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+return out
+`
+
+// KEYS: epoch, members, lapsed, newcomers, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// (count, window ms) per limit. Read-only (RateLimit fields, the remaining-budget gauges): per
+// limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
+// sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
+// there is room, else the one whose exit lets one more in); nothing while cooling down or gated. Returns {code, now, then (left, ms) per limit}: 0, or 5 the epoch.
+export const PEEK = CLOCK + `
+-- MGET: Redis's GET statistics stay the read cache's own (test/cache/fleet.test.ts counts them).
+if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
+local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+local floor = tonumber(ARGV[1])
+local size = math.max(present, floor)
+local cd = redis.call('PTTL', KEYS[5])
+local out = {0, now}
+for i = 6, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 3]), tonumber(ARGV[i - 2])
+  local room = count - heldBack(count, window, floor)
+  if size > present then room = room - (size - present) * math.floor(count / size) end
+  local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+  -- The send whose exit lets one more in (the oldest while there is room).
+  local leaving = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', math.max(0, used - room), 1)
+  local ms = 0
+  if leaving[2] then ms = tonumber(leaving[2]) + window - now end
+  local gate = redis.call('PTTL', KEYS[i + 1])
+  if gate > 0 or cd > 0 then
+    out[#out + 1] = 0
+    out[#out + 1] = math.max(gate, cd, ms)
+  else
+    out[#out + 1] = math.max(0, room - used)
+    out[#out + 1] = ms
+  end
+end
+return out
+`
+
+// KEYS: the logs of a rule's limits. ARGV: the send id. A send that never reached the upstream.
+export const REFUND = `
+for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+return 0
+`
+
+// KEYS[1] the scope's cool-down (value: its length; PTTL: what is left), KEYS[2] the last
+// cool-down's length, kept for twice its length (the backoff window, store.ts nextCooldownMs).
+// ARGV: Retry-After ms (-1 for none), base ms, max ms. Returns the ms until the cool-down ends.
+export const COOL_DOWN = `
+local active = redis.call('PTTL', KEYS[1])
+if active < 0 then active = 0 end
+local ra = tonumber(ARGV[1])
+local len
+if ra >= 0 then
+  len = math.min(ra, tonumber(ARGV[3]))
+  if len <= active then return active end
+else
+  if active > 0 then return active end
+  local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if previous > 0 then len = math.min(previous * 2, tonumber(ARGV[3])) else len = math.min(tonumber(ARGV[2]), tonumber(ARGV[3])) end
+end
+redis.call('SET', KEYS[1], len, 'PX', len)
+redis.call('SET', KEYS[2], len, 'PX', len * 2)
+return len
+`
