@@ -2,7 +2,7 @@ import { area } from './base.mjs'
 
 export default area('forwarding', {
   // src/proxy/: the request path's composition (plugin.ts) and its stages (stages/), one file each.
-  mutate: ['src/upstream/forward.ts', 'src/proxy/**/*.ts', 'src/http/rules.ts'],
+  mutate: ['src/upstream/forward.ts', 'src/upstream/forward-handler.ts', 'src/proxy/**/*.ts', 'src/http/rules.ts'],
   testFiles: [
     // First, so a mutant they kill is settled before the slower files run: what forward.ts,
     // proxy.ts and http-rules.ts promise that the files below leave unstated.

@@ -25,7 +25,7 @@ import type { Socket } from 'node:net'
 export interface ResetWatch {
   /** Adds the listener to a new upstream socket, before undici adds its own. */
   watch: (socket: Socket) => void
-  /** True only while undici handles a reset as the end of a message (see onResponseEnd in forward.ts). */
+  /** True only while undici handles a reset as the end of a message (see onResponseEnd in forward-handler.ts). */
   resetting: () => boolean
 }
 
