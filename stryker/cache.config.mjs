@@ -2,9 +2,9 @@ import { area } from './base.mjs'
 
 // The read cache's pure parts (what may be stored, keys, lifetimes, the memory bound, flights,
 // the fleet's claims against a scripted Redis)
-// against their own fast tests; the parts that need sockets and Redis (read-cache.ts, fill.ts,
-// cached-request.ts, redis-cache.ts) are held by test/cache/*, test/review-cache/* and the
-// generative suites, too slow to run per mutant here.
+// against their own fast tests; the parts that need sockets and Redis (read-cache.ts with
+// shared-reads.ts and stored-answer.ts, fill.ts, cached-request.ts, redis-cache.ts) are held
+// by test/cache/*, test/review-cache/* and the generative suites, too slow to run per mutant here.
 export default area('cache', {
   mutate: ['src/cache/policy.ts', 'src/cache/entries.ts', 'src/cache/flights.ts', 'src/cache/fleet-fetch.ts'],
   testFiles: [

@@ -9,11 +9,13 @@ import type { Logger } from 'pino'
 import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import type { Caller } from '../quota/guard.js'
-import { createMemoryStore, entrySize, lifetimeMs, standing, type Entry } from './entries.js'
+import { createMemoryStore, entrySize, lifetimeMs, standing, type Entry, type MemoryStore } from './entries.js'
 import { createFlights, type Flight } from './flights.js'
 import { createFleetFetch, type Turn } from './fleet-fetch.js'
-import { cacheStatus, invalidatedUris, varyMatches, withUpstream, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
+import { invalidatedUris, varyMatches, type CacheKey, type Decision, type NotStored, type StatusParams } from './policy.js'
 import type { SharedCache, StoreReply } from './redis-cache.js'
+import { SharedReads } from './shared-reads.js'
+import { entryOf, sendEntry } from './stored-answer.js'
 
 type Headers = Record<string, string | string[] | undefined>
 
@@ -44,11 +46,9 @@ export interface Lookup {
 /** A request that asks the fleet first fetches by itself without Redis. */
 const FETCH: Turn = Object.freeze({ kind: 'fetch' })
 
-/** How many keys whose value in Redis was not an entry are remembered, so that each is logged once. */
-export const MALFORMED_LOGGED_MAX = 1_000
-
 export type { Flight, FlightOutcome } from './flights.js'
 export type { Turn } from './fleet-fetch.js'
+export { MALFORMED_LOGGED_MAX } from './shared-reads.js'
 
 export interface CachedStatus {
   maxBytes: number
@@ -58,66 +58,46 @@ export interface CachedStatus {
   entries: Array<{ rule: string, path: string, ageSeconds: number, bytes: number, state: 'fresh' | 'stale' }>
 }
 
+/** What /status shows of the cache at `now`: its bounds, Redis, and each entry held here. */
+function statusOf (memory: MemoryStore, { maxBytes, entryMaxBytes, shared }: Pick<ReadCacheOptions, 'maxBytes' | 'entryMaxBytes' | 'shared'>, now: number): CachedStatus {
+  return {
+    maxBytes,
+    entryMaxBytes,
+    bytes: memory.bytes(),
+    shared: shared === undefined ? null : { url: shared.displayUrl, up: shared.up() },
+    entries: memory.entries().map((entry) => {
+      const s = standing(entry, now)
+      return { rule: entry.rule, path: entry.display, ageSeconds: Math.floor(s.ageMs / 1000), bytes: entrySize(entry), state: s.fresh ? 'fresh' : 'stale' }
+    })
+  }
+}
+
 export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
   const memory = createMemoryStore({ clock, maxBytes, onEvict: (entry) => { metrics.cacheEvictions.inc({ rule: entry.rule }) } })
   metrics.measureCache(() => memory.bytes())
+  const reads = shared === undefined ? undefined : new SharedReads(shared, log, metrics)
+  const redisFailed = (err: unknown, what: string): void => { reads?.failed(err, what) }
   // One fetch per key for the fleet (fleet-fetch.ts); a flight that ends gives up its claim.
   const fleet = shared === undefined ? undefined : createFleetFetch({ claims: shared.claims, clock, fillMs, find, failed: redisFailed })
   const flights = createFlights({ holdBudgetBytes: maxBytes, onEnd: (id, result) => { fleet?.ended(id, result) } })
-  let sharedProblem: string | undefined
-
-  // A value of another layout (a rolling update) is a miss for every request of its key until
-  // a fetch replaces it: counted each time, logged once per key.
-  const malformedLogged = new Set<string>()
-  shared?.onMalformed((id, why) => {
-    metrics.cacheRedisMalformed.inc()
-    if (malformedLogged.has(id)) return
-    if (malformedLogged.size >= MALFORMED_LOGGED_MAX) malformedLogged.clear()
-    malformedLogged.add(id)
-    log.warn({ key: id, reason: why }, 'read cache: a value in redis is not an entry of this version; taken as a miss')
-  })
 
   // Another sidecar's write: its copies here go too.
   shared?.onInvalidated((uri) => { metrics.cacheInvalidations.inc({ where: 'memory' }, memory.drop(uri)) })
-
-  function redisFailed (err: unknown, what: string): void {
-    metrics.cacheRedisErrors.inc()
-    const problem = shared?.describe(err) ?? String(err)
-    // Once per kind of failure: a Redis that is down fails every lookup.
-    if (problem !== sharedProblem) log.warn({ reason: problem }, `read cache: ${what} in redis failed; using this sidecar's copies`)
-    sharedProblem = problem
-  }
-
-  /**
-   * One read of `id` from Redis for every lookup that wants it meanwhile: a burst of callers on
-   * a sidecar that holds no copy reads a megabyte entry once, not once each (which would keep
-   * Redis busy past the budget checks' timeout, and every caller would be refused).
-   */
-  const reading = new Map<string, ReturnType<SharedCache['get']>>()
-  function sharedLookup (from: SharedCache, id: string, ownLeftMs: number | undefined): ReturnType<SharedCache['get']> {
-    const k = ownLeftMs === undefined ? id : `${id} newer`
-    let read = reading.get(k)
-    if (read === undefined) {
-      read = from.get(id, ownLeftMs).finally(() => { reading.delete(k) })
-      reading.set(k, read)
-    }
-    return read
-  }
 
   /** The stored answer for a request, fresh or stale (none: none usable). Never fails. */
   async function find (key: CacheKey, headers: Headers): Promise<Lookup> {
     const local = memory.get(key.id)
     const own = local !== undefined && varyMatches(local.vary, headers) ? local : undefined
-    if (shared === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own }
+    if (reads === undefined || (own !== undefined && standing(own, clock.now()).fresh)) return { entry: own }
     let theirs: Entry | undefined
     let unusable = false
     try {
       // A stale copy of our own: the entry is read only if Redis holds a newer one.
       const ownLeftMs = own === undefined ? undefined : lifetimeMs(own) - (clock.now() - own.storedAt)
-      const read = await sharedLookup(shared, key.id, ownLeftMs)
+      const read = await reads.read(key.id, ownLeftMs)
       theirs = read.entry
       unusable = read.unusable === true || theirs !== undefined
-      sharedProblem = undefined
+      reads.answered()
     } catch (err) {
       redisFailed(err, 'a lookup')
       return { entry: own }
@@ -144,21 +124,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
       notStored(rule, 'too-large')
       return undefined
     }
-    const headers: Record<string, string | string[]> = {}
-    for (const [name, value] of Object.entries(answer.headers)) if (value !== undefined && name !== 'age') headers[name] = value
-    const entry: Entry = {
-      status: answer.statusCode,
-      headers,
-      body: answer.body,
-      freshMs: decision.freshMs,
-      staleMs: decision.staleMs,
-      initialAgeMs: decision.initialAgeMs,
-      vary: decision.vary,
-      rule,
-      display: key.display,
-      uri: key.uri,
-      storedAt: clock.now()
-    }
+    const entry = entryOf(key, rule, decision, answer, clock.now())
     // Kept here, or (larger than this sidecar's whole cache) in the fleet's Redis only.
     if (!memory.set(key.id, entry) && shared === undefined) {
       notStored(rule, 'too-large')
@@ -166,7 +132,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     }
     metrics.cacheStores.inc({ rule })
     shared?.set(key.id, entry).then((reply) => {
-      sharedProblem = undefined
+      reads?.answered()
       sharedHolds(reply)
     }, (err: unknown) => { redisFailed(err, 'a store') })
     return entry
@@ -198,23 +164,10 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     metrics.cacheNotStored.inc({ rule, reason: why })
   }
 
-  /** Answers from `entry`: its status, TI's headers with Age and Cache-Status, and its body (none for HEAD). */
+  /** Answers from `entry` (stored-answer.ts sendEntry), counted as `result`. */
   function serve (res: ServerResponse, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
     metrics.cacheRequests.inc({ rule: entry.rule, result })
-    const { ageMs, ttlMs } = standing(entry, clock.now())
-    const headers = {
-      ...entry.headers,
-      age: String(Math.floor(ageMs / 1000)),
-      'cache-status': withUpstream(cacheStatus({ ...params, ttlSeconds: Math.round(ttlMs / 1000) }), entry.headers['cache-status']),
-      'content-length': String(entry.body.length)
-    }
-    try {
-      res.writeHead(entry.status, headers)
-    } catch (err) {
-      res.destroy(err as Error)
-      return
-    }
-    res.end(method === 'HEAD' ? undefined : entry.body)
+    sendEntry(res, entry, method, params, clock.now())
   }
 
   return {
@@ -232,19 +185,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
     standing: (entry: Entry) => standing(entry, clock.now()),
-    status (): CachedStatus {
-      const now = clock.now()
-      return {
-        maxBytes,
-        entryMaxBytes,
-        bytes: memory.bytes(),
-        shared: shared === undefined ? null : { url: shared.displayUrl, up: shared.up() },
-        entries: memory.entries().map((entry) => {
-          const s = standing(entry, now)
-          return { rule: entry.rule, path: entry.display, ageSeconds: Math.floor(s.ageMs / 1000), bytes: entrySize(entry), state: s.fresh ? 'fresh' : 'stale' }
-        })
-      }
-    },
+    status: (): CachedStatus => statusOf(memory, { maxBytes, entryMaxBytes, shared }, clock.now()),
     start: async (): Promise<void> => { await shared?.start() },
     async close (): Promise<void> {
       flights.endAll()

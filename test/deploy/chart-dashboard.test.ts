@@ -4,7 +4,7 @@
 // (scraped from /metrics of a sidecar built in-process with the process metrics on, and
 // with a quota rule, a real Redis and an upstream that rate-limits one path, and a cached
 // rule whose answers are stored, hit, refused storage and evicted).
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
@@ -166,12 +166,13 @@ t.test('every query names only the sidecar\'s metrics and their labels', async (
 
 /**
  * Counted only when their event happens (an order's outcome left unknown): the running sidecar
- * below has no series of them, so they are checked as declared in src/metrics.ts instead.
+ * below has no series of them, so they are checked as declared in src/metrics/ instead.
  */
 const AFTER_AN_EVENT = new Set(['store_auth_proxy_idempotency_outcomes_unknown_total'])
 
 t.test('a metric counted only after an event is declared with its labels', async (t) => {
-  const source = readFileSync(join(import.meta.dirname, '../../src/metrics.ts'), 'utf8')
+  const parts = join(import.meta.dirname, '../../src/metrics')
+  const source = readdirSync(parts).map((file) => readFileSync(join(parts, file), 'utf8')).join('\n')
   for (const metric of AFTER_AN_EVENT) {
     const at = source.indexOf('METRIC_PREFIX}' + metric.replace('store_auth_proxy_', '') + '`')
     t.ok(at >= 0, `${metric} is declared`)

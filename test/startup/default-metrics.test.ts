@@ -1,5 +1,5 @@
 // prom-client's default collectors are registered at the first scrape, not at start
-// (src/metrics.ts): a scrape shows them under their standard names, every scrape after it
+// (src/metrics/prom.ts): a scrape shows them under their standard names, every scrape after it
 // too, and a registry built without them never gets them.
 import t from 'tap'
 import { createMetrics } from '../../src/metrics.js'

@@ -1,0 +1,53 @@
+// The waters the overload manager sheds at, the costs it counts requests for, and how often it
+// samples: each a line of why here, its measurements in docs/overload.md#why-these-numbers.
+
+/** How often live memory is sampled (the timer is unref'd and re-armed after each run). */
+export const SAMPLE_MS = 250
+/** A request also samples when the last sample is older than this: a burst is seen within it, not a whole SAMPLE_MS later. */
+export const ADMISSION_SAMPLE_MS = 25
+/** Shedding starts when live memory reaches this fraction of the limit: the rest is the process's own (code, stacks, malloc, free heap pages). */
+export const HIGH_WATER = 0.6
+/** ...and stops when it falls below this one (hysteresis: no flapping at one threshold). */
+export const LOW_WATER = 0.45
+/**
+ * Shedding also starts when the cgroup's usage (what live memory cannot see: native memory, V8's
+ * unused pages) reaches this fraction of the limit with live memory over LOW_WATER, which alone stops it.
+ */
+export const USAGE_WATER = 0.7
+/** What an admitted request's body is counted for, per byte its Content-Length announces, until its answer closes: a burst's heads all arrive before its bodies. */
+export const BODY_COST = 2
+/**
+ * A body is counted up to this length: a shorter one is held whole for a replay (proxy/exchange.ts
+ * REPLAY_BODY_MAX_BYTES); a longer one is streamed, so its announced length says nothing of what it holds.
+ */
+export const COUNTED_BODY_MAX_BYTES = 64 * 1024
+/**
+ * The last line, per request: admitted only if private memory (RssAnon, what an OOM kill is made
+ * of) plus the expected costs of those in flight and its own stays under this fraction of the limit.
+ */
+export const PRIVATE_WATER = 0.8
+/** Requests admitted whatever private memory says while fewer are in flight (malloc may keep it high at rest): never shed everything. */
+export const PRIVATE_FLOOR_IN_FLIGHT = 8
+/** What an admitted request is expected to cost beside its body, until its answer closes, in the sum PRIVATE_WATER bounds. */
+export const REQUEST_COST = 32 * 1024
+/** The pressure on private memory is over (logged, the gauge, /readyz) once a sample finds the sum this fraction of the limit under PRIVATE_WATER... */
+export const PRIVATE_CLEAR = 0.05
+/** ...or finds no request shed on it for this long: what says "shedding" must be shedding. */
+export const PRIVATE_HOLD_MS = 5_000
+/** Every this many bytes of discarded bodies (shed requests, excess connections), a young collection frees what was read. */
+export const DISCARD_COLLECT_BYTES = 8 * 1024 * 1024
+/** At most one forced full collection this often, and only while the samples say shed. */
+export const COLLECT_GAP_MS = 1_000
+
+/**
+ * Hysteresis: shed from HIGH_WATER of the limit up, or from USAGE_WATER of the cgroup's usage up
+ * with live memory over LOW_WATER, until live memory is below LOW_WATER. No limit (0): never.
+ * `usage` is read only when it can matter (not shedding, live memory between the waters);
+ * undefined when unknown.
+ */
+export function shouldShed (shedding: boolean, live: number, limitBytes: number, usage: () => number | undefined = () => undefined): boolean {
+  if (limitBytes <= 0) return false
+  if (live < LOW_WATER * limitBytes) return false
+  if (shedding || live >= HIGH_WATER * limitBytes) return true
+  return (usage() ?? 0) >= USAGE_WATER * limitBytes
+}
