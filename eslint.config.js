@@ -5,16 +5,11 @@ import neostandard from 'neostandard'
 // the request path's stages done first): each is owed a split, and none may grow meanwhile
 // (their own limit is their size then). Take a file off the list once it is split.
 const OWED = {
-  'src/app.ts': { lines: 431 },
-  'src/metrics.ts': { lines: 414 },
-  'src/overload/manager.ts': { lines: 422, fn: 179 },
   'src/quota/fleet-store.ts': { lines: 452, fn: 372 },
-  'src/cache/read-cache.ts': { fn: 195 },
   'src/idempotency/stage.ts': { fn: 181 },
   'src/quota/guard.ts': { fn: 209 },
   'src/token/token-manager.ts': { fn: 254 },
-  'src/tracing/request.ts': { fn: 216 },
-  'src/upstream/forward.ts': { fn: 236 }
+  'src/tracing/request.ts': { fn: 216 }
 }
 const sizes = (lines, fn) => ({
   'max-lines': ['error', { max: lines }],

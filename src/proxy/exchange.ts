@@ -1,8 +1,10 @@
 // One caller's exchange as every stage of the request path sees it: what is known of it from
-// arrival to the close of its answer, the request's decorations the stages hand on, and the
-// few facts each stage reads (is the caller still there, what path goes upstream).
+// arrival to the close of its answer, the request's decorations the stages hand on, the few
+// facts each stage reads (is the caller still there, what path goes upstream), and how an
+// error of any stage becomes the caller's answer.
 import type { ServerResponse } from 'node:http'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { BadRequestError, InternalError, isOwnError, sendError } from '../errors.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from '../metrics.js'
 import type { Fill } from '../cache/fill.js'
 import type { Token } from '../token/token-manager.js'
@@ -97,4 +99,31 @@ export function forwardedPath (request: FastifyRequest): string {
 /** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */
 export function callerGone (request: FastifyRequest): boolean {
   return request.exchange?.gone === true || request.raw.socket?.destroyed === true
+}
+
+/**
+ * An error of any stage as the caller's answer: the sidecar's own (errors.ts), a 500 for what
+ * failed unexpectedly (logged), or a plain 400 for Fastify's or a plugin's own 4xx. A caller
+ * already gone gets nothing, and it is not a failure of ours.
+ */
+export function createAnswers ({ metrics }: { metrics: Metrics }) {
+  return {
+    fail (error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+      // A caller that left mid-upload is ordinary client behaviour, not a failure of ours.
+      if (callerGone(request)) {
+        request.log.debug({ code: error.code, reason: error.message }, 'caller closed the connection before its request was sent')
+        return
+      }
+      if (isOwnError(error)) {
+        sendError(reply, error, metrics)
+      } else if ((error.statusCode ?? 500) >= 500) {
+        request.log.error({ err: error }, 'request failed')
+        sendError(reply, new InternalError(), metrics)
+      } else {
+        // Fastify's or a plugin's own 4xx: its code and message (which may echo the URL) stay in the log.
+        request.log.debug({ code: error.code, reason: error.message }, 'request refused')
+        sendError(reply, new BadRequestError('the request is malformed'), metrics)
+      }
+    }
+  }
 }

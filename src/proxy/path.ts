@@ -68,6 +68,6 @@ export interface Path {
   holdForReplay: (request: FastifyRequest, statusCode: number) => boolean
   /** stages/replay.ts: the request sent once more with a new token, or the 401 passed on. */
   replay: (request: FastifyRequest, reply: FastifyReply, answer: HeldAnswer) => void
-  /** stages/answers.ts: an error of any stage as the caller's answer. */
+  /** exchange.ts: an error of any stage as the caller's answer. */
   fail: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void
 }

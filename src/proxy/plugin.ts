@@ -1,31 +1,29 @@
 // The proxy scope: the request path composed, in order, from its stages (stages/, one file
-// each; path.ts says what each hands on):
+// each; path.ts says what each hands on). Admission from the head and the route policy ran
+// before, in server.ts's onRequest hooks.
 //
-//   onRequest   checks.ts    the head: method, request target, headers (admission from the
-//                            head and the route policy ran before, in app.ts's onRequest)
-//   preHandler  body.ts      the body's size; a small one kept for a replay
+//   onRequest   request.ts   the head: method, request target, headers
+//   preHandler  request.ts   the body's size; a small one kept for a replay
 //               token.ts     the token, unless the cache or an idempotency key answers first
 //   handler     keyed.ts     the idempotency key: a replay, a refusal, or on (token then)
 //               cached.ts    the read cache: a stored answer, a wait for a fetch, or a fetch
 //               budget.ts    the quota guard: on, a local 429, or a stored answer standing in
 //               upstream.ts  the one send to TI, and what each feature does with its answer
 //               replay.ts    a 401 held back, the request sent once more with a new token
-//   errors      answers.ts   any stage's error as the caller's answer
+//   errors      exchange.ts  any stage's error as the caller's answer
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
 import { MethodNotAllowedError, sendError } from '../errors.js'
 import { FORWARDED_METHODS } from '../http/rules.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
-import { observeExchange, type Exchange } from './exchange.js'
+import { createAnswers, observeExchange, type Exchange } from './exchange.js'
 import type { Path, ProxyOptions, StageOptions } from './path.js'
-import { createAnswers } from './stages/answers.js'
-import { createBodyStage } from './stages/body.js'
 import { createBudgetStage } from './stages/budget.js'
 import { createCacheStage } from './stages/cached.js'
-import { headProblem } from './stages/checks.js'
 import { createKeyedStage } from './stages/keyed.js'
 import { createReplayStage } from './stages/replay.js'
+import { createBodyStage, headProblem } from './stages/request.js'
 import { createTokenStage } from './stages/token.js'
 import { createUpstreamStage } from './stages/upstream.js'
 

@@ -1,13 +1,31 @@
-// The caller's body (preHandler): its size checked against MAX_BODY_BYTES (up front when it
-// says its length, as it streams when chunked), and a small one kept whole so the request can
-// be replayed once after a 401, within a bound on what all requests together hold. The body
-// is never parsed, decoded or re-encoded.
+// What the caller sent, the first stages of the proxy scope. From the head alone (onRequest),
+// refused before anything is read: TRACE (the upstream would echo the token back) and every
+// method outside the forwarded set, whatever Fastify thinks of it (QUERY); a request target
+// that is not a plain path below UPSTREAM_URL; headers that are not what they claim. Then the
+// body (preHandler): its size checked against MAX_BODY_BYTES (up front when it says its
+// length, as it streams when chunked), and a small one kept whole so the request can be
+// replayed once after a 401, within a bound on what all requests together hold. The body is
+// never parsed, decoded or re-encoded.
 import type { IncomingMessage } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { Transform } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { BodyTooLargeError } from '../../errors.js'
+import { BadRequestError, BodyTooLargeError, MethodNotAllowedError } from '../../errors.js'
+import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem } from '../../http/rules.js'
 import { DISCARD_BODY_MS, REPLAY_BODY_MAX_BYTES, REPLAY_BUFFER_TOTAL_BYTES, type Exchange } from '../exchange.js'
+
+const FORWARDED = new Set<string>(FORWARDED_METHODS)
+
+/** Why the request is refused from its head, or undefined: it goes on. */
+export function headProblem (request: FastifyRequest): Error | undefined {
+  if (!FORWARDED.has(request.method)) return new MethodNotAllowedError(request.method)
+  const problem = requestTargetProblem(request.url) ?? requestHeadersProblem(request.raw.rawHeaders)
+  if (problem !== undefined) return new BadRequestError(problem)
+  // Fastify checks a Content-Type's syntax before any parser runs (415 for `foo`); the
+  // type is the upstream's business. It is still forwarded: headers go from rawHeaders.
+  delete request.raw.headers['content-type']
+  return undefined
+}
 
 export function createBodyStage ({ maxBodyBytes }: { maxBodyBytes: number }) {
   let replayBytes = 0
