@@ -5,9 +5,7 @@ import neostandard from 'neostandard'
 // the request path's stages done first): each is owed a split, and none may grow meanwhile
 // (their own limit is their size then). Take a file off the list once it is split.
 const OWED = {
-  'src/quota/fleet-store.ts': { lines: 452, fn: 372 },
   'src/idempotency/stage.ts': { fn: 181 },
-  'src/quota/guard.ts': { fn: 209 },
   'src/token/token-manager.ts': { fn: 254 },
   'src/tracing/request.ts': { fn: 216 }
 }

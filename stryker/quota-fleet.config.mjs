@@ -6,6 +6,9 @@ export default area('quota-fleet', {
   mutate: [
     'src/quota/guard.ts',
     'src/quota/fleet-store.ts',
+    'src/quota/fleet-view.ts',
+    'src/quota/fleet-alone.ts',
+    'src/quota/fleet-conversation.ts',
     'src/quota/redis-backend.ts',
     'src/quota/redis-scripts.ts',
     'src/redis/connection.ts'

@@ -92,59 +92,105 @@ function sharingNote (s: FleetStatus, url: string): string | undefined {
   return `rate limits not shared: redis ${url} ${why}; ${alone}`
 }
 
+/** The cool-down gauge of each scope, reset when its cool-down ends; every scope's starts at 0. */
+function createCooldownGauge (clock: Clock, metrics: Metrics, cooldowns: Cooldowns, scopes: readonly string[]) {
+  const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()
+  for (const scope of scopes) metrics.rateLimitCooldownUntil.set({ rule: scope }, 0)
+  return {
+    /** Puts the scope's cool-down under way (if any, and later than the one shown) on its gauge. */
+    note (scope: string): void {
+      const ms = cooldowns.left(scope)
+      if (ms <= 0) return
+      const endsAt = clock.now() + ms
+      const current = gaugeTimers.get(scope)
+      if (current !== undefined && current.endsAt >= endsAt - 1) return
+      current?.cancel()
+      metrics.rateLimitCooldownUntil.set({ rule: scope }, Math.round((clock.wallNow() + ms) / 1000))
+      // A gauge timer that is replaced is cancelled above: the one that fires is the scope's latest.
+      const cancel = clock.setTimer(() => {
+        // Stryker disable next-line CallExpression: an ended entry's end has passed, so the next cool-down replaces it all the same
+        gaugeTimers.delete(scope)
+        metrics.rateLimitCooldownUntil.set({ rule: scope }, 0)
+      }, ms)
+      gaugeTimers.set(scope, { endsAt, cancel })
+    },
+    close (): void {
+      for (const t of gaugeTimers.values()) t.cancel()
+    }
+  }
+}
+
+/** Waits `ms` unless the caller leaves first; true when it left. */
+function sleep (clock: Clock, ms: number, caller: Caller): Promise<boolean> {
+  // Stryker disable next-line BooleanLiteral: settle() checks caller.destroyed after every sleep, so false answers GONE too
+  if (caller.destroyed) return Promise.resolve(true)
+  return new Promise((resolve) => {
+    const left = (): void => {
+      cancel()
+      // Stryker disable next-line BooleanLiteral: a response is destroyed before its 'close' (node's onServerResponseClose), and settle() checks that after every sleep
+      resolve(true)
+    }
+    caller.once('close', left)
+    const cancel = clock.setTimer(() => {
+      caller.removeListener('close', left)
+      resolve(false)
+    }, ms)
+  })
+}
+
+/** A local 429's message and Retry-After seconds. */
+function describe (verdict: Extract<Verdict, { retryAfterMs: number }>): { message: string, retryAfterSeconds: number } {
+  const seconds = retryAfterSeconds(verdict.retryAfterMs)
+  const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
+  const message = verdict.reason === 'cooldown'
+    ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
+    : verdict.reason === 'degraded' && verdict.lost === true
+      ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window; retry after ${seconds} s`
+      : verdict.reason === 'degraded'
+        ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
+        : `the budget of ${name} is spent; retry after ${seconds} s`
+  return { message, retryAfterSeconds: seconds }
+}
+
+/** For /status: where budgets live, the fleet as last seen, each rule's share, the cool-downs under way. */
+function rateLimitStatus (fleet: FleetStore | undefined, rules: readonly Rule[], cooldowns: Cooldowns, clock: Clock): RateLimitStatus {
+  const now = clock.now()
+  const wall = clock.wallNow()
+  const fleetStatus: FleetStatus | undefined = fleet?.status()
+  const shared = fleetStatus?.state === 'shared'
+  return {
+    backend: shared ? 'redis' : 'memory',
+    degraded: fleetStatus !== undefined && !shared && fleetStatus.state !== 'settling',
+    redis: fleet === undefined || fleetStatus === undefined
+      ? null
+      : { url: fleet.displayUrl, up: shared, problem: fleetStatus.problem ?? null, maxmemoryPolicy: fleetStatus.memory?.policy ?? null, evicting: fleetStatus.memory?.evicting ?? null },
+    fleet: fleetStatus === undefined
+      ? null
+      : { size: fleetStatus.size, present: fleetStatus.present, declared: fleetStatus.declared, overDeclared: overDeclared(fleetStatus) },
+    rules: rules.map((r) => ({
+      rule: r.id,
+      limits: r.limits.map((l) => l.text),
+      share: r.limits.map((l) => fleet?.share(l) ?? l.count)
+    })),
+    cooldowns: cooldowns.active().map(({ scope, endsAt }) => ({ rule: scope, until: new Date(wall + (endsAt - now)).toISOString() }))
+  }
+}
+
 export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFleet, durable }: GuardOptions) {
   const { rules, maxWaitMs, cooldownMs, cooldownMaxMs } = config
   /** Whether anything can ever stop a request: otherwise admit() is a constant. */
   const active = rules.length > 0 || cooldownMs > 0
-  const fleet = createFleet?.((scope) => { note(scope) })
+  const fleet = createFleet?.((scope) => { gauge.note(scope) })
   const cooldowns: Cooldowns = fleet?.cooldowns ?? createCooldowns(clock)
   const ledger = durable?.ledger ?? createLedger(clock)
   const base: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
   const store: Store = durable === undefined ? base : persistingStore(base, durable.save, log)
-
-  // The cool-down gauge of each scope, reset when its cool-down ends.
-  const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()
-  function note (scope: string): void {
-    const ms = cooldowns.left(scope)
-    if (ms <= 0) return
-    const endsAt = clock.now() + ms
-    const current = gaugeTimers.get(scope)
-    if (current !== undefined && current.endsAt >= endsAt - 1) return
-    current?.cancel()
-    metrics.rateLimitCooldownUntil.set({ rule: scope }, Math.round((clock.wallNow() + ms) / 1000))
-    // A gauge timer that is replaced is cancelled above: the one that fires is the scope's latest.
-    const cancel = clock.setTimer(() => {
-      // Stryker disable next-line CallExpression: an ended entry's end has passed, so the next cool-down replaces it all the same
-      gaugeTimers.delete(scope)
-      metrics.rateLimitCooldownUntil.set({ rule: scope }, 0)
-    }, ms)
-    gaugeTimers.set(scope, { endsAt, cancel })
-  }
-  for (const rule of rules) metrics.rateLimitCooldownUntil.set({ rule: rule.id }, 0)
-  metrics.rateLimitCooldownUntil.set({ rule: UPSTREAM_SCOPE }, 0)
-
-  /** Waits `ms` unless the caller leaves first; true when it left. */
-  function sleep (ms: number, caller: Caller): Promise<boolean> {
-    // Stryker disable next-line BooleanLiteral: settle() checks caller.destroyed after every sleep, so false answers GONE too
-    if (caller.destroyed) return Promise.resolve(true)
-    return new Promise((resolve) => {
-      const left = (): void => {
-        cancel()
-        // Stryker disable next-line BooleanLiteral: a response is destroyed before its 'close' (node's onServerResponseClose), and settle() checks that after every sleep
-        resolve(true)
-      }
-      caller.once('close', left)
-      const cancel = clock.setTimer(() => {
-        caller.removeListener('close', left)
-        resolve(false)
-      }, ms)
-    })
-  }
+  const gauge = createCooldownGauge(clock, metrics, cooldowns, [...rules.map((r) => r.id), UPSTREAM_SCOPE])
 
   function refuse (scope: string, reason: Refusal, ms: number, lost = false): Verdict {
     metrics.rateLimited.inc({ rule: scope, reason, action: 'refused' })
     // A cool-down refused for is on its gauge, whoever started it (no cool-down under way: nothing to note).
-    note(scope)
+    gauge.note(scope)
     return { ok: false, reason, retryAfterMs: ms, scope, ...(lost ? { lost } : {}) }
   }
 
@@ -167,7 +213,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
       if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true)
-      if (await sleep(result.ms, caller)) return GONE
+      if (await sleep(clock, result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)
     }
@@ -200,46 +246,9 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     if (cooldownMs === 0) return
     const request = { retryAfterMs: retryAfterMs(headers['retry-after'], clock.wallNow(), headers.date), baseMs: cooldownMs, maxMs: cooldownMaxMs }
     const ms = store.coolDown(scope, request)
-    note(scope)
+    gauge.note(scope)
     // Stryker disable next-line StringLiteral: the message's wording (its fields are tested)
     log.warn({ rule: scope, cooldownMs: ms, retryAfter: request.retryAfterMs !== undefined }, 'gateway rate-limit answer: cooling down')
-  }
-
-  /** A local 429's message and Retry-After seconds. */
-  function describe (verdict: Extract<Verdict, { retryAfterMs: number }>): { message: string, retryAfterSeconds: number } {
-    const seconds = retryAfterSeconds(verdict.retryAfterMs)
-    const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
-    const message = verdict.reason === 'cooldown'
-      ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
-      : verdict.reason === 'degraded' && verdict.lost === true
-        ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window; retry after ${seconds} s`
-        : verdict.reason === 'degraded'
-          ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
-          : `the budget of ${name} is spent; retry after ${seconds} s`
-    return { message, retryAfterSeconds: seconds }
-  }
-
-  function status (): RateLimitStatus {
-    const now = clock.now()
-    const wall = clock.wallNow()
-    const fleetStatus: FleetStatus | undefined = fleet?.status()
-    const shared = fleetStatus?.state === 'shared'
-    return {
-      backend: shared ? 'redis' : 'memory',
-      degraded: fleetStatus !== undefined && !shared && fleetStatus.state !== 'settling',
-      redis: fleet === undefined || fleetStatus === undefined
-        ? null
-        : { url: fleet.displayUrl, up: shared, problem: fleetStatus.problem ?? null, maxmemoryPolicy: fleetStatus.memory?.policy ?? null, evicting: fleetStatus.memory?.evicting ?? null },
-      fleet: fleetStatus === undefined
-        ? null
-        : { size: fleetStatus.size, present: fleetStatus.present, declared: fleetStatus.declared, overDeclared: overDeclared(fleetStatus) },
-      rules: rules.map((r) => ({
-        rule: r.id,
-        limits: r.limits.map((l) => l.text),
-        share: r.limits.map((l) => fleet?.share(l) ?? l.count)
-      })),
-      cooldowns: cooldowns.active().map(({ scope, endsAt }) => ({ rule: scope, until: new Date(wall + (endsAt - now)).toISOString() }))
-    }
   }
 
   return {
@@ -290,13 +299,13 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
         : undefined
       return [sharingNote(s, fleet.displayUrl), over, evictionNote(s)].filter((text) => text !== undefined).join('; ') || undefined
     },
-    status,
+    status: (): RateLimitStatus => rateLimitStatus(fleet, rules, cooldowns, clock),
     /** Connects to Redis (when configured), for at most its timeout; never fails. */
     async start (): Promise<void> {
       await fleet?.start()
     },
     async close (): Promise<void> {
-      for (const t of gaugeTimers.values()) t.cancel()
+      gauge.close()
       await fleet?.close()
     }
   }

@@ -2,7 +2,7 @@
 // Structured Field Lists, RFC 9651): every answer of a budgeted rule tells its caller each limit
 // of the rule and what the fleet may still send of it. Honest, never optimistic: the remaining is
 // read from the fleet's tally after the request's own point was taken (or from this sidecar's
-// share while Redis is away, src/quota/fleet-store.ts), so a caller never reads more than the
+// share while Redis is away, src/quota/fleet-alone.ts), so a caller never reads more than the
 // fleet really has; a local refusal says none.
 import type { ServerResponse } from 'node:http'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'

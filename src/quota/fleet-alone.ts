@@ -1,0 +1,76 @@
+// What a sidecar of the fleet decides without Redis, from its own ledger: its share of each
+// limit (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE), and from when it is
+// safe to spend. Part of the fleet's store (fleet-store.ts), loaded only with Redis.
+import type { Limit } from '../config/rate-limit-rules.js'
+import type { Ledger } from './ledger.js'
+import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
+import type { Take } from './store.js'
+import type { FleetStoreOptions } from './fleet-store.js'
+import type { FleetTiming, FleetView } from './fleet-view.js'
+
+/** A send admitted (by Redis or alone): the ledger holds it either way, the insurance for an outage. */
+export function admit (ledger: Ledger, scope: string, limits: readonly Limit[], id: string): Take {
+  ledger.record(scope, limits, id)
+  return { kind: 'ok', id }
+}
+
+export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFloor'> {
+  view: FleetView
+  ledger: Ledger
+  timing: FleetTiming
+  /** When this process started: an earlier run of this sidecar may have spent until then. */
+  bornAt: number
+  /** Asks Redis at once whether it answers again: called by every take decided alone. */
+  probeSoon: () => void
+}
+
+export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon }: AloneOptions) {
+  /** Share of a limit this sidecar may spend on its own: none without RATE_LIMIT_FLEET_SIZE. */
+  const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / view.size)
+  /** A fleet of one, declared and never contradicted: its ledger is the whole tally. */
+  const oneOfOne = (): boolean => fleetFloor === 1 && view.size === 1
+
+  return {
+    shareOf,
+
+    /**
+     * A take decided without Redis: the share, from one window after Redis last counted this
+     * sidecar present. A refusal says to ask again within a heartbeat at most: Redis is probed
+     * that often and may answer by then (a fleet of one knows exactly: its ledger is the tally).
+     */
+    take (scope: string, limits: readonly Limit[], id: string): Take {
+      probeSoon()
+      // Redis is being told the ledger: a send admitted now could miss that snapshot.
+      if (view.reasserting !== undefined) return { kind: 'degraded', ms: timing.heartbeatMs }
+      const now = clock.now()
+      if (oneOfOne()) {
+        // Its ledger is the whole tally, but for what an earlier run of it sent.
+        let ms = 0
+        for (const limit of limits) ms = Math.max(ms, bornAt + limit.windowMs - now)
+        if (ms <= 0) ms = ledger.wait(scope, limits)
+        return ms > 0 ? { kind: 'degraded', ms } : admit(ledger, scope, limits, id)
+      }
+      let ms = 0
+      for (const limit of limits) {
+        // Share 0 (or no fleet size declared): nothing until Redis answers.
+        if (shareOf(limit) === 0) return { kind: 'degraded', ms: timing.heartbeatMs }
+        ms = Math.max(ms, view.presenceBound + limit.windowMs - now)
+      }
+      if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
+      return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(ledger, scope, limits, id)
+    },
+
+    /** What `take` would still let each limit send (RateLimit fields): its share's room, none while it would refuse. */
+    budget (scope: string, limits: readonly Limit[]): Remaining[] {
+      const now = clock.now()
+      const one = oneOfOne()
+      return ledgerBudget(ledger, scope, limits, (limit) => one ? limit.count : shareOf(limit)).map((remaining, i) => {
+        const limit = limits[i] as Limit
+        const ms = view.reasserting !== undefined || (!one && shareOf(limit) === 0)
+          ? timing.heartbeatMs
+          : (one ? bornAt : view.presenceBound) + limit.windowMs - now
+        return ms > 0 ? { left: 0, resetMs: Math.max(ms, remaining.resetMs) } : remaining
+      })
+    }
+  }
+}
