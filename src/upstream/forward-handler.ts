@@ -132,6 +132,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   #finalTimer: NodeJS.Timeout | undefined
   /** The answer read so far, while 'holding'. */
   #held: Held | undefined
+  /** Paused until the caller's buffer drains. */
+  #awaitingDrain = false
   // Stryker disable next-line BooleanLiteral: equivalent: set at the final answer's head, before onResponseEnd reads it
   #closeDelimited = false
 
@@ -267,6 +269,9 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   /** The caller's response closed. */
   readonly #callerGone = (): void => {
     this.#callerLeft = true
+    // A fill's replay for a caller gone before it began is sent for its waiters (onRequestStart):
+    // the close of that response, late as it may be, changes nothing.
+    if (this.#outlives && this.#goneAlready) return
     this.#giveBack()
     // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
     // Written, and wanted by others: read on, unless it is already streaming to this caller.
@@ -314,11 +319,15 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     else if (this.#startStreaming(c, held.statusCode, held.headers)) for (const part of held.chunks) this.#write(c, part)
   }
 
+  /** A chunk to the caller; a full buffer pauses the upstream until one 'drain' (undici may deliver more meanwhile). */
   #write (c: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (!this.#res.write(chunk)) {
-      c.pause()
-      this.#res.once('drain', () => { c.resume() })
-    }
+    if (this.#res.write(chunk) || this.#awaitingDrain) return
+    this.#awaitingDrain = true
+    c.pause()
+    this.#res.once('drain', () => {
+      this.#awaitingDrain = false
+      c.resume()
+    })
   }
 
   /**

@@ -1,0 +1,110 @@
+// The upstream exchange on its own (ForwardHandler), driven as undici drives it, with a
+// caller's response that records what it was told. Two promises the sockets rarely show:
+// a cache fill's replay whose caller had gone is sent, so its budget point stays taken even
+// when the caller's 'close' comes after the exchange began; and a slow caller is waited for
+// with one 'drain' listener, however many chunks a held answer releases at once.
+import { EventEmitter } from 'node:events'
+import type { ServerResponse } from 'node:http'
+import t from 'tap'
+import type { Dispatcher } from 'undici'
+import { ForwardHandler, type ForwardContext, type ForwardHooks } from '../../src/upstream/forward-handler.js'
+
+/** A caller's response: `full` makes every write report a full buffer. */
+function callerResponse ({ destroyed = false, full = false } = {}) {
+  const res = Object.assign(new EventEmitter(), {
+    destroyed,
+    headersSent: false,
+    written: [] as Buffer[],
+    writeHead (statusCode: number) { res.headersSent = true; res.statusCode = statusCode; return res },
+    statusCode: 0,
+    write (chunk: Buffer) { res.written.push(chunk); return !full },
+    end () { res.emit('finish') },
+    flushHeaders () {},
+    destroy () { res.destroyed = true }
+  })
+  return res
+}
+
+/** undici's controller for one exchange, counting what the handler asks of it. */
+function controller () {
+  const seen = { aborted: undefined as Error | undefined, pauses: 0, resumes: 0 }
+  const c = {
+    abort (err: Error) { seen.aborted = err },
+    pause () { seen.pauses++ },
+    resume () { seen.resumes++ }
+  } as unknown as Dispatcher.DispatchController
+  return { c, seen }
+}
+
+const context = (): ForwardContext => ({
+  saturated: () => true,
+  enterQueue: () => {},
+  leaveQueue: () => {},
+  queueTimeoutMs: 60_000,
+  timeoutMs: 60_000,
+  resets: { watch: () => {}, resetting: () => false }
+})
+
+function hooks (over: Partial<ForwardHooks> = {}) {
+  const seen = { unsent: 0, failed: [] as Error[], heldBack: 0, started: 0 }
+  const h: ForwardHooks = {
+    holdBack: () => false,
+    heldBack: () => { seen.heldBack++ },
+    unsent: () => { seen.unsent++ },
+    failed: (err) => { seen.failed.push(err) },
+    started: () => { seen.started++ },
+    truncated: () => {},
+    ...over
+  }
+  return { h, seen }
+}
+
+t.test('a fill\'s replay for a caller already gone is sent, and its point stays taken when the caller\'s close comes late', async (t) => {
+  // destroy() emits 'close' on a later tick: the exchange begins in between.
+  const res = callerResponse({ destroyed: true })
+  const { h, seen } = hooks({ outlivesCaller: true })
+  const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+  res.emit('close')
+  const { c, seen: asked } = controller()
+  handler.onRequestStart(c)
+  t.equal(asked.aborted, undefined, 'sent: its waiters need the answer')
+  t.equal(seen.unsent, 0, 'so its budget point is not given back')
+  handler.onResponseStart(c, 200, { 'content-length': '2' })
+  handler.onResponseData(c, Buffer.from('ok'))
+  handler.onResponseEnd()
+  t.equal(seen.unsent, 0)
+})
+
+t.test('a request whose caller leaves while it is queued is dropped unsent and gives its point back, once', async (t) => {
+  for (const outlivesCaller of [false, true]) {
+    const res = callerResponse()
+    const { h, seen } = hooks({ outlivesCaller })
+    const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+    res.destroyed = true
+    res.emit('close')
+    const { c, seen: asked } = controller()
+    handler.onRequestStart(c)
+    t.ok(asked.aborted, `dropped (outlivesCaller ${outlivesCaller})`)
+    t.equal(seen.unsent, 1, 'its point given back once')
+  }
+})
+
+t.test('a held answer released to a slow caller waits for one drain, not one per chunk', async (t) => {
+  const res = callerResponse({ full: true })
+  const { h } = hooks({ holdBack: () => 1024 })
+  const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+  const { c, seen: asked } = controller()
+  handler.onRequestStart(c)
+  handler.onResponseStart(c, 200, { 'content-length': String(64 * 512) })
+  // 64 chunks of 512 bytes: the 3rd passes the 1 KiB limit and releases them all at once.
+  for (let i = 0; i < 64; i++) handler.onResponseData(c, Buffer.alloc(512))
+  t.equal(res.written.length, 64, 'every chunk went to the caller')
+  t.equal(res.listenerCount('drain'), 1, 'one drain listener')
+  t.equal(asked.pauses, 1, 'paused once')
+  res.emit('drain')
+  t.equal(asked.resumes, 1, 'resumed at the drain')
+  t.equal(res.listenerCount('drain'), 0)
+  handler.onResponseData(c, Buffer.alloc(512))
+  t.equal(res.listenerCount('drain'), 1, 'and waits again when the next write finds it full')
+  t.equal(asked.pauses, 2)
+})
