@@ -88,7 +88,7 @@ export function cachedRequest (options: CachedRequestOptions) {
   }
 
   /**
-   * The token is asked only for a fetch (issue 34, case 4): a stored answer within stale= is
+   * The token is asked only for a fetch: a stored answer within stale= is
    * served at once while none is at hand, never waiting for one. True when it was served.
    */
   function servedWithoutToken (request: FastifyRequest, reply: FastifyReply, fill: Fill): boolean {

@@ -1,4 +1,4 @@
-// One fetch per key for the whole fleet, which cannot race the budget (issue 34, cases 1 and 6).
+// One fetch per key for the whole fleet, which cannot race the budget.
 // Deciding "this sidecar fetches" is a claim in Redis taken atomically, and only while no newer
 // entry is stored: only the claimant asks its budget and goes to TI. Every other sidecar's
 // request for the key waits for that fetch (looking every FLEET_POLL_MS) and gets its answer

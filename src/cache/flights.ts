@@ -6,7 +6,7 @@
 import type { Entry } from './entries.js'
 
 /**
- * How a fetch failed, for everyone who waited for it (issue 34, case 5): TI's own answer, held
+ * How a fetch failed, for everyone who waited for it: TI's own answer, held
  * whole, or the sidecar's error (a timeout, a cut, a refused budget or token), so a failed fetch
  * answers all its waiters at once instead of one fetch each.
  */

@@ -1,7 +1,7 @@
 // How long a caller of a rule with cache= can wait before the first byte of its answer, against
 // IDLE_TIMEOUT_MS (the proxy listener closes a connection silent for that long, and its caller
 // gets no status line). Configuration refuses an IDLE_TIMEOUT_MS at or below one fetch (token,
-// budget, queue, TI: src/config/load.ts). With Redis, a caller may wait longer (issue 34): for
+// budget, queue, TI: src/config/load.ts). With Redis, a caller may wait longer: for
 // another sidecar's fetch of its key first, and then, if that fetch ended with nothing it can
 // use (the sidecar died, or TI's answer was not storable), for its own. That takes two faults
 // or an unstorable answer, so it is a warning, with the figure to act on, not a refusal.

@@ -1,6 +1,6 @@
 // The corporate egress proxy's settings: HTTPS_PROXY / HTTP_PROXY / NO_PROXY (and their
 // lower-case forms), read from the env object main.ts passes in, parsed once here so that
-// check-config and serve run the same checks (issue 35): routing is in egress/route.ts, the
+// check-config and serve run the same checks: routing is in egress/route.ts, the
 // connections through the proxy in egress/connection.ts.
 import { BAD_ESCAPE, userInfo } from './url-credentials.js'
 

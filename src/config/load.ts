@@ -96,7 +96,7 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   if (typed) problems.push(...crossFieldProblems(raw))
   const rateLimits = checkRateLimits(raw, typed, readFile, problems)
   if (rateLimits?.redisUrl !== undefined && userInfo(new URL(rateLimits.redisUrl)) === undefined) {
-    // ioredis decodes the user and password itself and would throw at start (issue 35).
+    // ioredis decodes the user and password itself and would throw at start.
     problems.push(`${raw.RATE_LIMIT_REDIS_URL === undefined ? 'RATE_LIMIT_REDIS_URL_FILE' : 'RATE_LIMIT_REDIS_URL'}: ${BAD_ESCAPE}`)
   }
   const egressProxy = loadEgressProxy(env, problems)

@@ -30,7 +30,7 @@ export function headerCost (rawHeaders: readonly string[]): number {
  * MAX_HEADER_COUNT, enforced twice. Node 24's parser fails a head with more fields than
  * `server.maxHeadersCount` (HPE_HEADER_OVERFLOW, as for too many bytes), so an unfinished head
  * never holds more fields than that: its fields are strings in JavaScript, and ~930 tiny ones held
- * ~70 KiB (issue 35). Node versions that instead drop the fields beyond without a word still add
+ * ~70 KiB. Node versions that instead drop the fields beyond without a word still add
  * them 32 at a time while under the count: set one over the cap, a request over it shows more than
  * MAX_HEADER_COUNT fields in its raw list (tooManyHeaders) and is refused all the same, never
  * served with fields missing.

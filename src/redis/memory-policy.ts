@@ -1,4 +1,4 @@
-// Whether the budgets' Redis may evict keys (issue 34, case 2): with `maxmemory` set and any
+// Whether the budgets' Redis may evict keys: with `maxmemory` set and any
 // policy but `noeviction`, memory pressure (the read cache's entries, another app's keys) can
 // drop a budget's sliding log, and the fleet would then under-count. Read at each connection
 // with CONFIG GET, which an ACL or a managed Redis may refuse: then the policy is unknown,
