@@ -78,7 +78,7 @@ const overDeclared = (s: FleetStatus): boolean => s.declared > 0 && s.present > 
 
 /** An evicting maxmemory-policy, for /readyz (still ready): budget keys may be dropped under memory pressure. */
 const evictionNote = (s: FleetStatus): string | undefined => s.memory?.evicting === true
-  ? `rate-limit redis evicts keys under memory pressure (maxmemory-policy ${String(s.memory.policy)}): budgets may be under-counted; set noeviction`
+  ? `rate-limit redis evicts keys under memory pressure (maxmemory-policy ${String(s.memory.policy)}): ${String(s.memory.atRisk)}; set noeviction`
   : undefined
 
 /** Why budgets are not shared in Redis although it is configured; undefined while they are. */

@@ -6,6 +6,11 @@
 // How long the fleet remembers a sidecar that lapsed (ms): see `presence` below.
 export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 
+// The fleet's tally (the logs, the gates, presence) carries no TTL: a volatile-* maxmemory-policy
+// (the managed offerings' default) evicts only keys with one, such as the read cache's entries,
+// so memory pressure never drops a budget. A log is pruned by its scores at every take; a
+// gate holds until the time it stores (an earlier version's gate: its TTL).
+//
 // Redis's clock in ms, and what a new sidecar's arrival holds back (KEYS[4], the newcomers).
 // A sidecar cut off from Redis spends its share alone from one window after its presence
 // lapsed; should it then be replaced by a new pod, what it spent is known to no one. The
@@ -16,6 +21,12 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function gateLeft (key)
+  local v = tonumber(redis.call('MGET', key)[1])
+  if v == nil then return 0 end
+  if v < 1e12 then return redis.call('PTTL', key) end
+  return v - now
+end
 local function heldBack (count, window, floor)
   if floor <= 0 then return 0 end
   local share = math.floor(count / floor)
@@ -51,7 +62,6 @@ local function presence (member, ttl, floor, fresh)
     if ghost[1] then redis.call('ZADD', newcomers, now, member .. '|' .. ghost[2]) end
   end
   redis.call('ZADD', members, now + ttl, member)
-  for _, k in ipairs({members, lapsed, newcomers}) do redis.call('PEXPIRE', k, ${GHOST_KEEP_MS}) end
   local present = redis.call('ZCARD', members)
   return present, math.max(present, floor)
 end
@@ -75,7 +85,7 @@ local cd = redis.call('PTTL', KEYS[5])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
 for i = 6, #KEYS, 2 do
-  local g = redis.call('PTTL', KEYS[i + 1])
+  local g = gateLeft(KEYS[i + 1])
   if g > gated then gated = g end
   local count, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
@@ -94,10 +104,7 @@ for i = 6, #KEYS, 2 do
 end
 if gated > 0 then return {4, gated, size, present, now} end
 if wait > 0 then return {2, wait, size, present, now} end
-for i = 6, #KEYS, 2 do
-  redis.call('ZADD', KEYS[i], now, ARGV[7])
-  redis.call('PEXPIRE', KEYS[i], ARGV[i + 3])
-end
+for i = 6, #KEYS, 2 do redis.call('ZADD', KEYS[i], now, ARGV[7]) end
 return {0, 0, size, present, now}
 `
 
@@ -128,8 +135,7 @@ for i = 5, #KEYS, 2 do
     redis.call('ZADD', KEYS[i], 'GT', now - tonumber(ARGV[a + 1]), ARGV[a])
     a = a + 2
   end
-  if n > 0 then redis.call('PEXPIRE', KEYS[i], window) end
-  if lost == 1 and redis.call('PTTL', KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], '1', 'PX', window) end
+  if lost == 1 and gateLeft(KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], now + window) end
 end
 return {0, lost, size, present, now, epoch}
 `
@@ -169,7 +175,7 @@ for i = 6, #KEYS, 2 do
   local leaving = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', math.max(0, used - room), 1)
   local ms = 0
   if leaving[2] then ms = tonumber(leaving[2]) + window - now end
-  local gate = redis.call('PTTL', KEYS[i + 1])
+  local gate = gateLeft(KEYS[i + 1])
   if gate > 0 or cd > 0 then
     out[#out + 1] = 0
     out[#out + 1] = math.max(gate, cd, ms)

@@ -67,7 +67,7 @@ function busiest (times: number[], spanMs: number): { count: number, from: numbe
   return best
 }
 
-interface Interval { kind: FaultKind | 'oauthDown', s?: number, from: number, to: number }
+interface Interval { kind: FaultKind | 'oauthDown', s?: number, from: number, to: number, policy?: string }
 interface Copy { fetch: string, producedAt: number, generation: number }
 
 export async function runSchedule (size: number, schedule: Command[], runId = 'run', { gate = KNOWN_OPEN } = {}): Promise<RunReport> {
@@ -132,8 +132,9 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       const from = worst.from - r.windowMs
       const to = worst.from + r.windowMs
       const cycled = (kind: FaultKind): boolean => during(from - r.windowMs, to, (i) => i.kind === kind)
+      // allkeys-* may evict the tally itself (a documented limit); volatile-* only keys with a TTL.
       const cause = during(from, to, (i) => i.kind === 'evict')
-        ? 'case-2'
+        ? (during(from, to, (i) => i.kind === 'evict' && i.policy?.startsWith('allkeys-') === true) ? 'case-2-allkeys' : 'case-2')
         : cycled('replace') ? 'case-3-replace' : cycled('restart') ? 'case-3' : undefined
       violate({
         check: 'never-over',
@@ -294,6 +295,8 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
     await fleet.admin.config('SET', 'maxmemory', String(used + 64 * 1024))
     evicting = true
     open('evict')
+    const opened = intervals.at(-1)
+    if (opened !== undefined) opened.policy = policy
     // Another cache's entries (a second credential's catalog, say) fill what is left.
     for (let i = 0; i < 8; i++) await fleet.admin.set(`other-cache:${runId}:${i}`, 'y'.repeat(24 * 1024), 'PX', 20_000).catch(() => {})
     const evicted = /evicted_keys:(\d+)/.exec(await fleet.admin.info('stats'))?.[1]

@@ -240,3 +240,31 @@ t.test('which Redis errors say the credentials are refused', async (t) => {
     t.equal(redisAuthProblem(new Error(message)), undefined, message)
   }
 })
+
+t.test('the tally carries no TTL (a volatile-* policy never evicts it); a gate holds until the time it stores, or its TTL when an earlier version set it', async (t) => {
+  const server = await startRedis(t)
+  const { store, member, join } = await backend(t, server, { prefix: 'tally:' })
+  await join()
+  const limits = [limit(5, 1_000)]
+  t.match(await store.take(member, SCOPE, limits, 'a'), { code: 'ok' })
+  const client = await admin(t, server)
+  const keys = await client.keys('tally:*')
+  t.ok(keys.some((k) => k.includes(':log:')), keys.join(', '))
+  for (const key of keys) t.equal(await client.pttl(key), -1, `${key}: no TTL`)
+  // Data lost: every limit is gated for its window, by a value.
+  t.equal(await server.command('FLUSHALL'), '+OK')
+  const told = await store.reassert(member, [{ scope: SCOPE, limit: limits[0]!, sends: [] }], 'after')
+  member.epoch = told.epoch
+  const [gate] = await client.keys('tally:*gate*')
+  t.ok(gate !== undefined)
+  t.equal(await client.pttl(gate!), -1, 'the gate has no TTL either')
+  const gated = await store.take(member, SCOPE, limits, 'b')
+  t.equal(gated.code, 'gated')
+  t.ok(gated.ms > 0 && gated.ms <= 1_000, `${gated.ms}`)
+  await eventually(t, 'the gate ends with its window', async () => (await store.take(member, SCOPE, limits, `c${Math.random()}`)).code === 'ok')
+  // A gate as an earlier version wrote it ('1' with a TTL) still holds a rolling update.
+  await client.set(gate!, '1', 'PX', 60_000)
+  const old = await store.take(member, SCOPE, limits, 'd')
+  t.equal(old.code, 'gated')
+  t.ok(old.ms > 50_000 && old.ms <= 60_000, `${old.ms}`)
+})
