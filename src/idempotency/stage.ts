@@ -2,43 +2,24 @@
 // rule with idempotency=, a request's key is taken before its budget or TI are asked; a key
 // someone holds is answered here (TI's stored answer, 409, 422) and never sent again. The
 // proxy tells the stage what became of a taken key's request: sent, answered, not sent, cut.
-import { randomUUID } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Logger } from 'pino'
 import type { Readable } from 'node:stream'
-import type { Clock } from '../clock.js'
 import { matchRule, type IdempotencyOption, type Rule } from '../config/rate-limit-rules.js'
 import {
   BodyTooLargeError, IdempotencyKeyInUseError, IdempotencyKeyInvalidError, IdempotencyKeyMissingError, IdempotencyKeyReusedError,
   IdempotencyUnavailableError, InternalError, OrderOutcomeUnknownError, sendError
 } from '../errors.js'
-import type { Metrics } from '../metrics.js'
-import { isRateLimitFault } from '../quota/apigee-fault.js'
 import { retryAfterSeconds } from '../quota/retry-after.js'
+import { createClaims, describe, type Claim, type ClaimOptions } from './claims.js'
 import { judge, type KeyStore, type StoredAnswer } from './entries.js'
 import { bodyKey, fingerprint, headerKey, keyId, type KeyFound } from './key.js'
 
-/** TI's answer to a keyed request is held back whole to be kept, up to this; a larger one passes as it comes (its key then held as unknown). */
-export const STORED_ANSWER_MAX_BYTES = 1024 * 1024
 /** A keyed request's body is read whole (its fingerprint, a replay after 401): up to this. */
 export const KEYED_BODY_MAX_BYTES = 64 * 1024
 /** The header that marks a replayed answer (Stripe's name, which clients already look for). */
 export const REPLAYED_HEADER = 'idempotent-replayed'
 
-/**
- * A key taken by one request, and where its request is: `open` (nothing sent, or a 401 TI did
- * not act on), `sending` (handed to the upstream: it may have reached TI), `recording` (TI's
- * whole answer is being kept), `settled` (kept, released or held unknown).
- */
-export interface Claim {
-  readonly id: string
-  readonly rule: Rule
-  /** The request's fingerprint, kept with the key's answer (a retry is checked against it). */
-  readonly fingerprint: string
-  /** Who took the key: this process and this claim; only it settles or releases the key. */
-  readonly owner: string
-  phase: 'open' | 'sending' | 'recording' | 'settled'
-}
+export { STORED_ANSWER_MAX_BYTES, type Claim } from './claims.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -47,12 +28,8 @@ declare module 'fastify' {
   }
 }
 
-export interface StageOptions {
+export interface StageOptions extends ClaimOptions {
   rules: readonly Rule[]
-  store: KeyStore
-  clock: Clock
-  metrics: Metrics
-  log: Logger
   /** How long a request may be on its way: past it, a pending key whose sidecar is gone is held as unknown. */
   pendingMs: number
 }
@@ -60,10 +37,7 @@ export interface StageOptions {
 export type KeyedRule = Rule & { readonly idempotency: IdempotencyOption }
 
 export function createIdempotencyStage ({ rules, store, clock, metrics, log, pendingMs }: StageOptions) {
-  // Each take is a claim of its own (this process, and a number): a pending key is settled or
-  // released only by the request that took it, never by another request of the same process.
-  const processId = randomUUID()
-  let claims = 0
+  const claims = createClaims({ store, clock, metrics, log })
   const keyed = rules.some((rule) => rule.idempotency !== undefined)
   metrics.measureUnknownKeys(() => store.counts().unknown)
 
@@ -114,8 +88,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     const id = keyId(rule.id, found.key)
     const print = fingerprint(request.method, request.raw.url ?? '/', body)
     const now = clock.wallNow()
-    claims += 1
-    const owner = `${processId}:${claims}`
+    const owner = claims.nextOwner()
     // Held at least until its deadline: a key must not lapse while its order may be at TI (idempotency=1s).
     const taken = await store.take(id, { state: 'pending', fingerprint: print, owner, deadline: now + pendingMs, expiresAt: now + Math.max(option.lifetimeMs, pendingMs) })
       .catch(() => ({ kind: 'unavailable' as const, reason: 'the key store failed', retryAfterMs: 1000 }))
@@ -124,7 +97,7 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
       const claim: Claim = { id, rule, fingerprint: print, owner, phase: 'open' }
       request.claim = claim
       // Whatever path the request takes, its key is settled when its exchange ends.
-      reply.raw.once('close', () => { ended(claim, reply.raw.writableFinished) })
+      reply.raw.once('close', () => { claims.ended(claim, reply.raw.writableFinished) })
       count(rule, 'sent')
       return true
     }
@@ -133,52 +106,12 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
     if (verdict.kind === 'in-flight') return refuse(request, reply, rule, 'in_flight', new IdempotencyKeyInUseError(), verdict.retryAfterMs)
     if (verdict.kind === 'unknown') {
       // A pending key whose sidecar is gone (its deadline passed): held as unknown from now on.
-      if (taken.entry.state === 'pending') await heldUnknown(rule, id, taken.entry.owner, print)
+      if (taken.entry.state === 'pending') await claims.heldUnknown(rule, id, taken.entry.owner, print)
       return refuse(request, reply, rule, 'unknown', new OrderOutcomeUnknownError())
     }
     count(rule, 'replayed')
     if (!gone(request)) replay(reply, verdict.answer)
     return false
-  }
-
-  async function heldUnknown (rule: Rule, id: string, of: string, print: string): Promise<void> {
-    const expiresAt = clock.wallNow() + (rule.idempotency?.lifetimeMs ?? 0)
-    const held = await store.settle(id, of, { state: 'unknown', fingerprint: print, expiresAt }).catch(() => false)
-    if (!held) return
-    metrics.idempotencyOutcomesUnknown.inc({ rule: rule.id })
-    log.warn({ rule: rule.id }, 'keyed request without a complete answer: its key is held as outcome unknown')
-  }
-
-  /** The request was written, or may have been, and no complete answer came. */
-  function unknown (claim: Claim): void {
-    if (claim.phase !== 'sending') return
-    claim.phase = 'settled'
-    void keepUnknown(claim)
-  }
-
-  async function keepUnknown (claim: Claim): Promise<void> {
-    const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
-    const kept = await store.settle(claim.id, claim.owner, { state: 'unknown', fingerprint: claim.fingerprint, expiresAt }).catch(() => false)
-    metrics.idempotencyOutcomesUnknown.inc({ rule: claim.rule.id })
-    log.warn({ rule: claim.rule.id, kept }, 'keyed request without a complete answer: its key is held as outcome unknown')
-  }
-
-  function release (claim: Claim): void {
-    if (claim.phase !== 'open' && claim.phase !== 'sending') return
-    claim.phase = 'settled'
-    void store.release(claim.id, claim.owner).catch((err: unknown) => {
-      log.warn({ rule: claim.rule.id, reason: describe(err) }, 'a key of a request never sent could not be released: it is held as unknown once its deadline passes')
-    })
-  }
-
-  /**
-   * The exchange ended. A key whose request was never sent is free again. One whose answer
-   * went out as it came (too large to keep) is held as unknown; one still sending is settled
-   * by the upstream's own end (the exchange outlives its caller: src/upstream/forward.ts).
-   */
-  function ended (claim: Claim, finished: boolean): void {
-    if (claim.phase === 'open') release(claim)
-    else if (finished) unknown(claim)
   }
 
   return {
@@ -189,38 +122,13 @@ export function createIdempotencyStage ({ rules, store, clock, metrics, log, pen
         if (!gone(request)) sendError(reply, new InternalError(), metrics)
         return false
       }),
-    /** The request is handed to the upstream: from here it may reach TI. */
-    sending (claim: Claim | null): void { if (claim !== null && claim.phase === 'open') claim.phase = 'sending' },
-    /** TI answered 401 and the request will be replayed: TI did not act on it. */
-    rejected (claim: Claim | null): void { if (claim?.phase === 'sending') claim.phase = 'open' },
-    /** Whether this request's key waits for TI's answer. */
-    keyed: (claim: Claim | null): boolean => claim?.phase === 'sending',
-    /** How much of TI's answer to hold back to keep it (false: not a keyed request). */
-    holds: (claim: Claim | null): number | false => claim?.phase === 'sending' ? STORED_ANSWER_MAX_BYTES : false,
-    /** TI's complete answer: kept for the key's lifetime, before the caller gets it. */
-    async answered (claim: Claim | null, answer: StoredAnswer): Promise<void> {
-      if (claim === null || claim.phase !== 'sending') return
-      // The gateway's refusals (a token it rejected, its rate limit, also as Apigee's 500 fault,
-      // compressed or not): TI never acted on the request.
-      if (answer.statusCode === 401 || answer.statusCode === 429 ||
-          (answer.statusCode === 500 && isRateLimitFault(answer.body, answer.headers['content-encoding']))) {
-        release(claim)
-        return
-      }
-      claim.phase = 'recording'
-      const expiresAt = clock.wallNow() + (claim.rule.idempotency?.lifetimeMs ?? 0)
-      const done = { state: 'done' as const, fingerprint: claim.fingerprint, answer, expiresAt }
-      const kept = await store.settle(claim.id, claim.owner, done).catch((err: unknown) => {
-        log.warn({ rule: claim.rule.id, reason: describe(err) }, 'TI\'s answer to a keyed request could not be kept: its key is held as unknown once its deadline passes')
-        return false
-      })
-      claim.phase = 'settled'
-      if (!kept) metrics.idempotencyOutcomesUnknown.inc({ rule: claim.rule.id })
-    },
-    /** Written (or maybe written) and no complete answer: held as unknown. */
-    failed (claim: Claim | null): void { if (claim !== null) unknown(claim) },
-    /** Nothing of the request reached TI: the key is free again. */
-    unsent (claim: Claim | null): void { if (claim !== null) release(claim) },
+    sending: claims.sending,
+    rejected: claims.rejected,
+    keyed: claims.keyed,
+    holds: claims.holds,
+    answered: claims.answered,
+    failed: claims.failed,
+    unsent: claims.unsent,
     /** Forgets a key whatever its state (an operator, POST /idempotency/release); false when none was held. */
     async releaseKey (ruleId: string, key: string): Promise<boolean> {
       const released = await store.release(keyId(ruleId, key))
@@ -284,8 +192,4 @@ function replay (reply: FastifyReply, answer: StoredAnswer): void {
 
 function gone (request: FastifyRequest): boolean {
   return request.raw.socket?.destroyed === true || request.exchange?.gone === true
-}
-
-function describe (err: unknown): string {
-  return err instanceof Error ? err.message : String(err)
 }

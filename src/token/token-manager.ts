@@ -4,9 +4,14 @@ import { TokenUnavailableError } from '../errors.js'
 import type { Metrics } from '../metrics.js'
 import type { CredentialOrigin } from './credentials.js'
 import { createRefusals, isRefusal } from './refusals.js'
-import { backoffDelay, tokenTimes } from './schedule.js'
+import { AttemptTimer } from './attempt-timer.js'
+import { backoffDelay, tokenTimes, type TokenTimes } from './schedule.js'
 import { createSharedWait } from './shared-wait.js'
+import { SingleFlight, type Sent } from './single-flight.js'
 import { TokenRequestError, type FetchedToken, type TokenInfo } from './token-client.js'
+import { RequestRecord, tokenState, type TokenState } from './token-status.js'
+
+export { shownTimes, type TokenState } from './token-status.js'
 
 /** After the endpoint says the credentials are wrong, retry this slowly: the secret may be rotated. */
 export const REJECTED_RETRY_MS = 60_000
@@ -64,25 +69,6 @@ export interface TokenManagerOptions {
   forcedRefreshIntervalMs?: number
 }
 
-/** What /readyz and /status show. Every instant is wall-clock unix ms, derived for display. */
-export interface TokenState {
-  hasValidToken: boolean
-  expiresAt: number | undefined
-  refreshesAt: number | undefined
-  generation: number | undefined
-  info: TokenInfo | undefined
-  /** A token request is in flight. */
-  refreshing: boolean
-  everHadToken: boolean
-  credentialsRejected: boolean
-  consecutiveFailures: number
-  /** The outcome of the last failed token request since the last success. */
-  lastFailure: string | undefined
-  lastFailureReason: string | undefined
-  lastFailureAt: number | undefined
-  nextAttemptAt: number | undefined
-}
-
 const DEFAULT_CREDENTIALS: NonNullable<TokenManagerOptions['credentials']> = {
   clientId: { variable: 'CLIENT_ID' }, clientSecret: { variable: 'CLIENT_SECRET' }
 }
@@ -103,31 +89,99 @@ const DEFAULT_CREDENTIALS: NonNullable<TokenManagerOptions['credentials']> = {
  * failure is pending (its backoff is the endpoint's protection).
  */
 export function createTokenManager (options: TokenManagerOptions) {
+  const { log, waitMs, clock = systemClock, forcedRefreshIntervalMs = FORCED_REFRESH_INTERVAL_MS } = options
+  const keeper = createTokenKeeper({ ...options, clock })
+  const waitForInflight = createSharedWait(clock, waitMs)
+  let lastForcedAt = -Infinity
+
+  /**
+   * The current token, or the one an in-flight request is about to bring (after a
+   * bounded wait). Rejects with TokenUnavailableError (503, Retry-After) otherwise.
+   * With no usable token and nothing in flight, a request starts at once — unless a
+   * retry after a failure is scheduled: then callers start no token request of their
+   * own, but for at most one per DEMAND_RETRY_INTERVAL_MS.
+   */
+  async function get (): Promise<Token> {
+    const valid = keeper.current()
+    if (valid !== undefined) return valid
+    if (keeper.stopped) throw keeper.unavailable()
+    if (keeper.mayStartOnDemand()) void keeper.refresh()
+    if (keeper.inflight !== undefined) {
+      await waitForInflight(keeper.inflight)
+      const fresh = keeper.current()
+      if (fresh !== undefined) return fresh
+    }
+    throw keeper.unavailable()
+  }
+
+  /**
+   * The upstream answered 401 to a request sent with token `rejectedGeneration`.
+   * Apigee also answers 401 for reasons that are not the token's (an API the app is
+   * not subscribed to), so the held token is kept: it is replaced only when a new
+   * one has arrived. If it is still the current one and no forced refresh ran within
+   * FORCED_REFRESH_INTERVAL_MS, a refresh starts (single-flight). Returns whether a
+   * replay may bring a different token: a newer one is held, or a request is in
+   * flight or was just started. renewed() then gives it.
+   */
+  function invalidate (rejectedGeneration: number): boolean {
+    const held = keeper.current()
+    if (held !== undefined && held.generation > rejectedGeneration) return true
+    if (keeper.inflight !== undefined) return true
+    if (held === undefined || held.generation !== rejectedGeneration || keeper.stopped) return false
+    const now = clock.now()
+    if (now - lastForcedAt < forcedRefreshIntervalMs) return false
+    lastForcedAt = now
+    // Stryker disable next-line StringLiteral: log wording
+    log.warn({ generation: rejectedGeneration }, 'upstream answered 401 to the access token; fetching a new one, keeping this one until it arrives')
+    void keeper.refresh()
+    return true
+  }
+
+  /**
+   * A usable token newer than `generation`: at once if one is held, else when the
+   * in-flight request brings it. Resolves undefined when that request fails, none
+   * is in flight, waitMs passes, or the manager is stopped. Never rejects.
+   */
+  async function renewed (afterGeneration: number): Promise<Token | undefined> {
+    const newer = (): Token | undefined => {
+      const held = keeper.current()
+      return held !== undefined && held.generation > afterGeneration ? held : undefined
+    }
+    const now = newer()
+    if (now !== undefined || keeper.inflight === undefined || keeper.stopped) return now
+    await waitForInflight(keeper.inflight)
+    return newer()
+  }
+
+  return {
+    start (): Promise<void> { return keeper.refresh() },
+    stop: keeper.stop,
+    current: keeper.current,
+    get,
+    invalidate,
+    renewed,
+    state: keeper.state
+  }
+}
+
+/**
+ * The token manager's state: the one token, its single-flight requests, the pending
+ * refresh or retry, the record of failures. Everything but the callers' bounded waits
+ * and the upstream's 401s, which createTokenManager serves on top of it.
+ */
+function createTokenKeeper (options: TokenManagerOptions & { clock: Clock }) {
   const {
-    fetchToken, log, metrics, refreshMarginMs, waitMs, tokenUrl,
+    fetchToken, log, metrics, refreshMarginMs, tokenUrl, clock,
     credentials = DEFAULT_CREDENTIALS,
-    clock = systemClock,
     random = Math.random,
-    rejectedRetryMs = REJECTED_RETRY_MS,
-    forcedRefreshIntervalMs = FORCED_REFRESH_INTERVAL_MS
+    rejectedRetryMs = REJECTED_RETRY_MS
   } = options
 
   let token: Token | undefined
-  let inflight: Promise<void> | undefined
-  const waitForInflight = createSharedWait(clock, waitMs)
-  let cancelTimer: (() => void) | undefined
-  /** What the pending timer is for: the refresh ahead of expiry, or a retry after a failure. */
-  let timerKind: 'refresh' | 'retry' | undefined
-  let nextAttemptAt: number | undefined
-  let generation = 0
-  let failures = 0
-  let lastFailure: TokenRequestError | undefined
-  let everHadToken = false
+  const requests = new SingleFlight(fetchToken, clock, { succeeded, failed })
+  const timer = new AttemptTimer(clock, () => { void refresh() })
+  const record = new RequestRecord()
   const refusals = createRefusals({ log, tokenUrl, credentials, rejectedRetryMs, random })
-  let lastForcedAt = -Infinity
-  // Stryker disable next-line UnaryOperator: read only after a failure has set it (demandMayRetry checks lastFailure first)
-  let lastFailedAt = -Infinity
-  let lastFailedWallAt: number | undefined
   let stopped = false
 
   /**
@@ -140,7 +194,7 @@ export function createTokenManager (options: TokenManagerOptions) {
     if (clock.now() < token.usableUntil && wall < token.wallUsableUntil) {
       // After a suspension the refresh timer runs late: refresh when the wall clock says it is time
       // (refresh() itself does nothing while a request is in flight or once stopped).
-      if (wall >= token.wallRefreshAt && timerKind !== 'retry') void refresh()
+      if (wall >= token.wallRefreshAt && timer.kind !== 'retry') void refresh()
       return token
     }
     lapsed(token)
@@ -155,224 +209,120 @@ export function createTokenManager (options: TokenManagerOptions) {
     log.warn({ generation: old.generation, judgedBy: byWall ? 'wall clock' : 'monotonic clock' },
       // Stryker disable next-line StringLiteral: log wording (the fields above are what tests and operators read)
       'access token lapsed before a new one arrived')
-    if (timerKind !== 'retry') void refresh()
-  }
-
-  function schedule (delayMs: number, kind: 'refresh' | 'retry'): void {
-    cancelTimer?.()
-    nextAttemptAt = clock.now() + delayMs
-    timerKind = kind
-    cancelTimer = clock.setTimer(() => {
-      cancelTimer = undefined
-      timerKind = undefined
-      void refresh()
-    }, delayMs)
+    if (timer.kind !== 'retry') void refresh()
   }
 
   /** Starts a token request unless one is in flight; single-flight by construction. */
   function refresh (): Promise<void> {
-    if (inflight !== undefined) return inflight
+    if (requests.inflight !== undefined) return requests.inflight
     if (stopped) return Promise.resolve()
-    cancelTimer?.()
-    cancelTimer = undefined
-    timerKind = undefined
-    nextAttemptAt = undefined
-    const requestGeneration = ++generation
-    const sentAt = clock.now()
-    const sentWallAt = clock.wallNow()
-    const attempt = fetchToken().then(
-      (fetched) => { succeeded(fetched, requestGeneration, sentAt, sentWallAt) },
-      (err: unknown) => { failed(err, sentAt) }
-    )
-    inflight = attempt.finally(() => { inflight = undefined })
-    return inflight
+    timer.clear()
+    return requests.send()
   }
 
-  function succeeded (fetched: FetchedToken, requestGeneration: number, sentAt: number, sentWallAt: number): void {
+  function succeeded (fetched: FetchedToken, sent: Sent): void {
     const now = clock.now()
-    const times = tokenTimes(sentAt, fetched.lifetimeMs, refreshMarginMs, random())
-    const toWallAtSend = sentWallAt - sentAt
+    const times = tokenTimes(sent.sentAt, fetched.lifetimeMs, refreshMarginMs, random())
+    const toWallAtSend = sent.sentWallAt - sent.sentAt
     if (times.usableUntil <= now || times.usableUntil + toWallAtSend <= clock.wallNow()) {
-      failed(new TokenRequestError('invalid_response', 'token expired before its answer arrived'), sentAt)
+      failed(new TokenRequestError('invalid_response', 'token expired before its answer arrived'), sent.sentAt)
       return
     }
-    record('success', sentAt)
+    meterRequest('success', sent.sentAt)
     // Single-flight: no token newer than this request's can be held, so the answer always replaces it.
-    token = Object.freeze({
-      authorization: `Bearer ${fetched.accessToken}`,
-      expiresAt: times.expiresAt,
-      usableUntil: times.usableUntil,
-      refreshAt: times.refreshAt,
-      wallExpiresAt: times.expiresAt + toWallAtSend,
-      wallUsableUntil: times.usableUntil + toWallAtSend,
-      wallRefreshAt: times.refreshAt + toWallAtSend,
-      generation: requestGeneration,
-      info: Object.freeze({ ...fetched.info })
-    })
+    token = tokenFrom(fetched, times, toWallAtSend, sent.generation)
     refusals.accepted()
-    failures = 0
-    lastFailure = undefined
-    lastFailedWallAt = undefined
-    everHadToken = true
+    record.succeeded()
     metrics.tokenExpiry.set(token.wallExpiresAt / 1000)
-    log.info({ generation: requestGeneration, expiresInS: Math.round((times.expiresAt - now) / 1000), refreshInS: Math.round((times.refreshAt - now) / 1000) }, 'access token acquired')
-    if (!stopped) schedule(Math.max(0, times.refreshAt - now), 'refresh')
+    log.info({ generation: sent.generation, expiresInS: Math.round((times.expiresAt - now) / 1000), refreshInS: Math.round((times.refreshAt - now) / 1000) }, 'access token acquired')
+    if (!stopped) timer.schedule(Math.max(0, times.refreshAt - now), 'refresh')
   }
 
   function failed (err: unknown, sentAt: number): void {
-    // Stryker disable next-line ObjectLiteral: the cause is kept for a debugger; the log and /status show the outcome and message
-    const error = err instanceof TokenRequestError ? err : new TokenRequestError('network_error', `token request failed unexpectedly (${kindOf(err)})`, { cause: err })
-    record(error.outcome, sentAt)
-    failures += 1
-    lastFailure = error
-    lastFailedAt = clock.now()
-    lastFailedWallAt = clock.wallNow()
+    const error = requestError(err)
+    meterRequest(error.outcome, sentAt)
+    record.failed(error, clock.now(), clock.wallNow())
     let delayMs: number
     if (isRefusal(error.outcome)) {
       delayMs = refusals.refused(error)
     } else {
       refusals.interrupted()
-      delayMs = Math.max(Math.min(error.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS), backoffDelay(failures, random()))
-      log.warn({ url: tokenUrl, outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures, retryInMs: delayMs },
+      delayMs = Math.max(Math.min(error.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS), backoffDelay(record.failures, random()))
+      log.warn({ url: tokenUrl, outcome: error.outcome, statusCode: error.statusCode, oauthError: error.oauthError, reason: error.message, failures: record.failures, retryInMs: delayMs },
         'token request failed')
     }
-    if (!stopped) schedule(delayMs, 'retry')
+    if (!stopped) timer.schedule(delayMs, 'retry')
   }
 
-  function record (outcome: string, sentAt: number): void {
+  function meterRequest (outcome: string, sentAt: number): void {
     metrics.tokenRequests.inc({ outcome })
     metrics.tokenRequestDuration.observe((clock.now() - sentAt) / 1000)
   }
 
-  /** Whether a waiting caller may start the scheduled retry now (see DEMAND_RETRY_INTERVAL_MS). */
-  function demandMayRetry (): boolean {
+  /**
+   * Whether a caller that finds no usable token may start a request: yes unless a retry
+   * after a failure is scheduled, then at most one per DEMAND_RETRY_INTERVAL_MS.
+   */
+  function mayStartOnDemand (): boolean {
+    if (timer.kind !== 'retry') return true
+    const { lastFailure } = record
     // Refused credentials (the endpoint's or the proxy's) and a Retry-After: wait them out.
     if (lastFailure === undefined || refusals.inRun() || lastFailure.retryAfterMs !== undefined) return false
     const now = clock.now()
-    return now - lastFailedAt >= DEMAND_RETRY_INTERVAL_MS && (nextAttemptAt ?? 0) - now > DEMAND_RETRY_INTERVAL_MS
+    return now - record.lastFailedAt >= DEMAND_RETRY_INTERVAL_MS && (timer.nextAttemptAt ?? 0) - now > DEMAND_RETRY_INTERVAL_MS
   }
 
   function unavailable (): Error {
+    const { nextAttemptAt } = timer
     const waitS = nextAttemptAt === undefined ? 1 : Math.ceil((nextAttemptAt - clock.now()) / 1000)
     return Object.assign(new TokenUnavailableError(), { retryAfterSeconds: Math.max(1, waitS) })
   }
 
-  /**
-   * The current token, or the one an in-flight request is about to bring (after a
-   * bounded wait). Rejects with TokenUnavailableError (503, Retry-After) otherwise.
-   * With no usable token and nothing in flight, a request starts at once — unless a
-   * retry after a failure is scheduled: then callers start no token request of their
-   * own, but for at most one per DEMAND_RETRY_INTERVAL_MS.
-   */
-  async function get (): Promise<Token> {
-    const valid = current()
-    if (valid !== undefined) return valid
-    if (stopped) throw unavailable()
-    if (timerKind !== 'retry' || demandMayRetry()) void refresh()
-    if (inflight !== undefined) {
-      await waitForInflight(inflight)
-      const fresh = current()
-      if (fresh !== undefined) return fresh
-    }
-    throw unavailable()
-  }
-
-  /**
-   * The upstream answered 401 to a request sent with token `rejectedGeneration`.
-   * Apigee also answers 401 for reasons that are not the token's (an API the app is
-   * not subscribed to), so the held token is kept: it is replaced only when a new
-   * one has arrived. If it is still the current one and no forced refresh ran within
-   * FORCED_REFRESH_INTERVAL_MS, a refresh starts (single-flight). Returns whether a
-   * replay may bring a different token: a newer one is held, or a request is in
-   * flight or was just started. renewed() then gives it.
-   */
-  function invalidate (rejectedGeneration: number): boolean {
-    const held = current()
-    if (held !== undefined && held.generation > rejectedGeneration) return true
-    if (inflight !== undefined) return true
-    if (held === undefined || held.generation !== rejectedGeneration || stopped) return false
-    const now = clock.now()
-    if (now - lastForcedAt < forcedRefreshIntervalMs) return false
-    lastForcedAt = now
-    // Stryker disable next-line StringLiteral: log wording
-    log.warn({ generation: rejectedGeneration }, 'upstream answered 401 to the access token; fetching a new one, keeping this one until it arrives')
-    void refresh()
-    return true
-  }
-
-  /**
-   * A usable token newer than `generation`: at once if one is held, else when the
-   * in-flight request brings it. Resolves undefined when that request fails, none
-   * is in flight, waitMs passes, or the manager is stopped. Never rejects.
-   */
-  async function renewed (afterGeneration: number): Promise<Token | undefined> {
-    const newer = (): Token | undefined => {
-      const held = current()
-      return held !== undefined && held.generation > afterGeneration ? held : undefined
-    }
-    const now = newer()
-    if (now !== undefined || inflight === undefined || stopped) return now
-    await waitForInflight(inflight)
-    return newer()
-  }
-
   function state (): TokenState {
     const held = current()
-    // One reading of the clocks for every time shown, so they agree with each other.
     const toWallNow = clock.wallNow() - clock.now()
-    const shown = shownTimes(held, timerKind === 'refresh' ? nextAttemptAt : undefined, toWallNow)
-    return {
-      hasValidToken: held !== undefined,
-      ...shown,
-      generation: held?.generation,
-      info: held?.info,
-      refreshing: inflight !== undefined,
-      everHadToken,
-      credentialsRejected: refusals.credentialsRejected(),
-      consecutiveFailures: failures,
-      lastFailure: lastFailure?.outcome,
-      lastFailureReason: lastFailure?.message,
-      lastFailureAt: lastFailedWallAt,
-      // The refresh pending is one instant, shown once: as refreshesAt, which the wall clock may bring forward.
-      nextAttemptAt: shown.refreshesAt ?? (nextAttemptAt === undefined ? undefined : Math.round(nextAttemptAt + toWallNow))
-    }
+    return tokenState({ held, toWallNow, timer, refreshing: requests.inflight !== undefined, record, credentialsRejected: refusals.credentialsRejected() })
   }
 
   function stop (): void {
     stopped = true
-    cancelTimer?.()
-    cancelTimer = undefined
-    timerKind = undefined
-    nextAttemptAt = undefined
+    timer.clear()
   }
 
   return {
-    start (): Promise<void> { return refresh() },
-    stop,
     current,
-    get,
-    invalidate,
-    renewed,
-    state
+    refresh,
+    stop,
+    state,
+    unavailable,
+    mayStartOnDemand,
+    /** The token request in flight, if any. */
+    get inflight (): Promise<void> | undefined { return requests.inflight },
+    get stopped (): boolean { return stopped }
   }
 }
 
 export type TokenManager = ReturnType<typeof createTokenManager>
 
-/**
- * A held token's expiry and due refresh as wall-clock unix ms, for display. Pure. Each
- * is the monotonic instant carried to the wall clock (`toWallNow`: wall minus monotonic
- * now), or the wall-clock reading taken when the token was requested, whichever is
- * earlier: after a suspension the wall clock's comes first. `refreshAt`: the pending
- * refresh timer's monotonic instant, if any.
- */
-export function shownTimes (held: Token | undefined, refreshAt: number | undefined, toWallNow: number): Pick<TokenState, 'expiresAt' | 'refreshesAt'> {
-  if (held === undefined) return { expiresAt: undefined, refreshesAt: undefined }
-  const wallOf = (monotonic: number, wall: number): number => Math.min(Math.round(monotonic + toWallNow), Math.round(wall))
-  return {
-    expiresAt: wallOf(held.expiresAt, held.wallExpiresAt),
-    refreshesAt: refreshAt === undefined ? undefined : wallOf(refreshAt, held.wallRefreshAt)
-  }
+/** The token a request brought, its instants carried to the wall clock as read when it was sent. */
+function tokenFrom (fetched: FetchedToken, times: TokenTimes, toWallAtSend: number, generation: number): Token {
+  return Object.freeze({
+    authorization: `Bearer ${fetched.accessToken}`,
+    expiresAt: times.expiresAt,
+    usableUntil: times.usableUntil,
+    refreshAt: times.refreshAt,
+    wallExpiresAt: times.expiresAt + toWallAtSend,
+    wallUsableUntil: times.usableUntil + toWallAtSend,
+    wallRefreshAt: times.refreshAt + toWallAtSend,
+    generation,
+    info: Object.freeze({ ...fetched.info })
+  })
+}
+
+/** A failed request's error as the manager records it: a TokenRequestError, whatever was thrown. */
+function requestError (err: unknown): TokenRequestError {
+  // Stryker disable next-line ObjectLiteral: the cause is kept for a debugger; the log and /status show the outcome and message
+  return err instanceof TokenRequestError ? err : new TokenRequestError('network_error', `token request failed unexpectedly (${kindOf(err)})`, { cause: err })
 }
 
 /**

@@ -7,37 +7,20 @@
 // none of this is loaded. HTTP attributes follow the semantic conventions (http.*, url.*).
 import type { ServerResponse } from 'node:http'
 import {
-  defaultTextMapGetter, defaultTextMapSetter, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span,
-  type TextMapPropagator, type Tracer
+  defaultTextMapGetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span
 } from '@opentelemetry/api'
 import type { FastifyRequest } from 'fastify'
 import type { Rule } from '../config/rate-limit-rules.js'
 import type { QuotaGuard, Verdict } from '../quota/guard.js'
-import type { ForwardHooks, Upstream, UpstreamRequest } from '../upstream/forward.js'
+import type { Upstream } from '../upstream/forward.js'
 import type { ReadCache } from '../cache/read-cache.js'
+import { endClient, type Exchange } from './exchange.js'
+import { traceSends, type SendTracingOptions } from './upstream-spans.js'
 
-/** Headers on TI's error answers that identify its execution (a gateway's message or request id). */
-export const EXECUTION_ID_HEADERS = ['x-apigee-message-id', 'x-request-id', 'x-correlation-id', 'x-ti-execution-id']
-/** The caller's trace headers never go to TI as they came: the client span's replace them, or none. */
-const TRACE_HEADERS = new Set(['traceparent', 'tracestate', 'baggage'])
+export { EXECUTION_ID_HEADERS } from './upstream-spans.js'
 
-interface Exchange {
-  readonly method: string
-  readonly span: Span
-  /** The caller's context, and the server span in it. */
-  readonly context: Context
-  sends: number
-  client: Span | undefined
-}
-
-export interface RequestTracingOptions {
-  tracer: Tracer
-  propagator: TextMapPropagator
-  /** OTEL_PROPAGATE_UPSTREAM: TI receives the client span's traceparent. */
-  propagateUpstream: boolean
+export interface RequestTracingOptions extends Omit<SendTracingOptions, 'upstream'> {
   upstreamUrl: string
-  /** How sends leave (`direct`, or through the egress proxy), on every client span. */
-  egressRoute: string
 }
 
 /** A rule's path pattern: the low-cardinality route of its requests (http.route). */
@@ -45,7 +28,7 @@ const routeOf = (rule: Rule): string => rule.id.slice(rule.id.indexOf(' ') + 1)
 
 export function createRequestTracing (options: RequestTracingOptions) {
   const { tracer, propagator, propagateUpstream, egressRoute } = options
-  const upstream = new URL(options.upstreamUrl)
+  const sendOptions: SendTracingOptions = { tracer, propagator, propagateUpstream, upstream: new URL(options.upstreamUrl), egressRoute }
   /** By the caller's response, and its request. */
   const exchanges = new WeakMap<object, Exchange>()
   const logged = new WeakMap<object, Span>()
@@ -78,11 +61,6 @@ export function createRequestTracing (options: RequestTracingOptions) {
     })
   }
 
-  function endClient (exchange: Exchange): void {
-    exchange.client?.end()
-    exchange.client = undefined
-  }
-
   /** The overload manager admitted the request, or shed it (`reason`). */
   function overload (res: ServerResponse, reason: string | undefined): void {
     exchanges.get(res)?.span.addEvent('overload', reason === undefined ? { 'overload.admitted': true } : { 'overload.admitted': false, 'overload.reason': reason })
@@ -111,16 +89,6 @@ export function createRequestTracing (options: RequestTracingOptions) {
       if (tokenRequest === shared) tokenRequest = undefined
     }
     waiting.then(end(true), end(false))
-  }
-
-  function noteVerdict (exchange: Exchange, quota: QuotaGuard, rule: Rule | undefined, verdict: Verdict, startedAt: number): void {
-    const attributes: Attributes = { 'quota.rule': rule?.id ?? 'upstream', 'quota.backend': quota.backend(), 'quota.waited_ms': Math.round(performance.now() - startedAt) }
-    if (verdict.ok) attributes['quota.verdict'] = verdict.delayed ? 'waited' : 'admitted'
-    else {
-      attributes['quota.verdict'] = verdict.reason === 'gone' ? 'gone' : 'refused'
-      if (verdict.reason !== 'gone') Object.assign(attributes, { 'quota.reason': verdict.reason, 'quota.retry_after_ms': verdict.retryAfterMs })
-    }
-    exchange.span.addEvent('quota', attributes)
   }
 
   /** The guard, its verdicts noted on the request's span (and its rule's route named). */
@@ -159,88 +127,9 @@ export function createRequestTracing (options: RequestTracingOptions) {
     }
   }
 
-  /**
-   * The request's headers for TI: the caller's trace headers out, the client span's in (unless
-   * switched off). Never the caller's baggage (its tenant, its user): what it carries is for the
-   * services behind the caller, not a third party, so it is dropped from what is injected.
-   */
-  function headersFor (request: UpstreamRequest, client: Span, exchange: Exchange): string[] {
-    const headers: string[] = []
-    for (let i = 0; i < request.headers.length; i += 2) {
-      const name = request.headers[i] ?? ''
-      if (!TRACE_HEADERS.has(name.toLowerCase())) headers.push(name, request.headers[i + 1] ?? '')
-    }
-    if (!propagateUpstream) return headers
-    const carrier: Record<string, string> = {}
-    propagator.inject(propagation.deleteBaggage(trace.setSpan(exchange.context, client)), carrier, defaultTextMapSetter)
-    for (const [name, value] of Object.entries(carrier)) headers.push(name, value)
-    return headers
-  }
-
-  function clientHooks (hooks: ForwardHooks, exchange: Exchange, client: Span): ForwardHooks {
-    const fail = (type: string): void => {
-      client.setAttribute('error.type', type)
-      client.setStatus({ code: SpanStatusCode.ERROR })
-    }
-    return {
-      ...hooks,
-      answer (statusCode, headers) {
-        hooks.answer?.(statusCode, headers)
-        client.setAttribute('http.response.status_code', statusCode)
-        if (statusCode >= 400) {
-          const id = EXECUTION_ID_HEADERS.map((h) => headers[h]).find((v) => v !== undefined)
-          if (id !== undefined) exchange.span.setAttribute('ti.execution_id', String(id))
-          if (statusCode >= 500) fail(String(statusCode))
-        }
-        const cacheStatus = headers['cache-status']
-        if (typeof cacheStatus === 'string' && cacheStatus.startsWith('store-auth-proxy')) exchange.span.addEvent('cache', { 'cache.status': cacheStatus })
-      },
-      heldBack (answer) {
-        if (answer.statusCode === 401) exchange.span.addEvent('401 from TI', { 'token.replay': true })
-        endClient(exchange)
-        hooks.heldBack(answer)
-      },
-      unsent () {
-        client.addEvent('unsent')
-        hooks.unsent?.()
-      },
-      failed (err) {
-        fail((err as { code?: string }).code ?? err.name)
-        endClient(exchange)
-        hooks.failed(err)
-      },
-      truncated () {
-        fail('truncated')
-        hooks.truncated()
-      }
-    }
-  }
-
   /** The pool, each send a client span whose context TI receives. */
   function wrapUpstream (pool: Upstream): Upstream {
-    return {
-      ...pool,
-      forward (request, res, hooks) {
-        const exchange = exchanges.get(res)
-        if (exchange === undefined) return pool.forward(request, res, hooks)
-        exchange.sends += 1
-        if (exchange.sends > 1) exchange.span.addEvent('replay', { 'http.request.resend_count': exchange.sends - 1 })
-        endClient(exchange)
-        const client = tracer.startSpan(request.method, {
-          kind: SpanKind.CLIENT,
-          attributes: {
-            'http.request.method': request.method,
-            'server.address': upstream.hostname,
-            'server.port': Number(upstream.port === '' ? (upstream.protocol === 'https:' ? 443 : 80) : upstream.port),
-            'url.full': upstream.origin + request.path.split('?')[0],
-            'egress.route': egressRoute,
-            ...(exchange.sends > 1 ? { 'http.request.resend_count': exchange.sends - 1 } : {})
-          }
-        }, exchange.context)
-        exchange.client = client
-        pool.forward({ ...request, headers: headersFor(request, client, exchange) }, res, clientHooks(hooks, exchange, client))
-      }
-    }
+    return traceSends(pool, exchanges, sendOptions)
   }
 
   return {
@@ -261,3 +150,14 @@ export function createRequestTracing (options: RequestTracingOptions) {
 }
 
 export type RequestTracing = ReturnType<typeof createRequestTracing>
+
+/** The quota guard's verdict on the request, as an event on its server span. */
+function noteVerdict (exchange: Exchange, quota: QuotaGuard, rule: Rule | undefined, verdict: Verdict, startedAt: number): void {
+  const attributes: Attributes = { 'quota.rule': rule?.id ?? 'upstream', 'quota.backend': quota.backend(), 'quota.waited_ms': Math.round(performance.now() - startedAt) }
+  if (verdict.ok) attributes['quota.verdict'] = verdict.delayed ? 'waited' : 'admitted'
+  else {
+    attributes['quota.verdict'] = verdict.reason === 'gone' ? 'gone' : 'refused'
+    if (verdict.reason !== 'gone') Object.assign(attributes, { 'quota.reason': verdict.reason, 'quota.retry_after_ms': verdict.retryAfterMs })
+  }
+  exchange.span.addEvent('quota', attributes)
+}
