@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { isIP } from 'node:net'
-import { StatusForbiddenError, sendError } from '../errors.js'
+import { StatusForbiddenError, sendError } from '../http/errors.js'
 import type { StatusFrom } from '../config/schema.js'
 import { systemClock, type Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'

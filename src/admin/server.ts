@@ -5,7 +5,7 @@
 // that cannot reach /livez restarts a healthy pod).
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
-import { HeadersTooLargeError, RequestTimeoutError, BadRequestError, sendError } from '../errors.js'
+import { HeadersTooLargeError, RequestTimeoutError, BadRequestError, sendError } from '../http/errors.js'
 import type { Metrics } from '../metrics.js'
 import { boundedCount, gateConnections } from '../overload/connection-gate.js'
 import { adminRoutes, type AdminOptions } from './routes.js'

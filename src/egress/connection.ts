@@ -9,13 +9,13 @@
 // Pool inside an Agent, where the forwarder's bounded queue cannot read its stats; and a
 // refused CONNECT is a RequestAbortedError with the status only in its message text. Here
 // the forwarder keeps its own Pool, request bytes and socket hooks, and every failure of
-// the proxy itself is a named error (errors.ts).
+// the proxy itself is a named error (http/errors.ts).
 import type { Socket } from 'node:net'
 import { buildConnector, Pool, type Dispatcher } from 'undici'
 import { defaultPort, type Route } from './route.js'
 import {
   EgressProxyAuthError, EgressProxyRefusedError, EgressProxyTimeoutError, EgressProxyUnreachableError
-} from '../errors.js'
+} from '../http/errors.js'
 
 export interface EgressConnection {
   /** The origin a Pool connects to: the target's, or the proxy's for the absolute form. */

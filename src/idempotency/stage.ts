@@ -8,7 +8,7 @@ import { matchRule, type IdempotencyOption, type Rule } from '../config/rate-lim
 import {
   BodyTooLargeError, IdempotencyKeyInUseError, IdempotencyKeyInvalidError, IdempotencyKeyMissingError, IdempotencyKeyReusedError,
   IdempotencyUnavailableError, InternalError, OrderOutcomeUnknownError, sendError
-} from '../errors.js'
+} from '../http/errors.js'
 import { retryAfterSeconds } from '../quota/retry-after.js'
 import { createClaims, describe, type Claim, type ClaimOptions } from './claims.js'
 import { judge, type KeyStore, type StoredAnswer } from './entries.js'

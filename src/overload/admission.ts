@@ -3,7 +3,7 @@
 // for a caller that asked for it and will be served. Nothing of the body is read before this.
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } from '../errors.js'
+import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } from '../http/errors.js'
 import type { Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 import { OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './manager.js'

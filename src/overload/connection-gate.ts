@@ -3,7 +3,7 @@
 // connection dropped without a word as net.Server's maxConnections drops it.
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
-import { OverloadedError, sendError } from '../errors.js'
+import { OverloadedError, sendError } from '../http/errors.js'
 import type { Metrics } from '../metrics.js'
 import { EXCESS_LINGER_MS, OVERLOAD_RETRY_AFTER_S } from './manager.js'
 

@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { matchRule } from '../config/rate-limit-rules.js'
 import type { RoutePolicy } from '../config/orders.js'
-import { RouteNotAllowedError, sendError } from '../errors.js'
+import { RouteNotAllowedError, sendError } from '../http/errors.js'
 import { methodLabel, type Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 

@@ -4,7 +4,7 @@
 // error of any stage becomes the caller's answer.
 import type { ServerResponse } from 'node:http'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { BadRequestError, InternalError, isOwnError, sendError } from '../errors.js'
+import { BadRequestError, InternalError, isOwnError, sendError } from '../http/errors.js'
 import { methodLabel, statusClass, type Metrics, type Outcome } from '../metrics.js'
 import type { Fill } from '../cache/fill.js'
 import type { Token } from '../token/token-manager.js'
@@ -102,7 +102,7 @@ export function callerGone (request: FastifyRequest): boolean {
 }
 
 /**
- * An error of any stage as the caller's answer: the sidecar's own (errors.ts), a 500 for what
+ * An error of any stage as the caller's answer: the sidecar's own (http/errors.ts), a 500 for what
  * failed unexpectedly (logged), or a plain 400 for Fastify's or a plugin's own 4xx. A caller
  * already gone gets nothing, and it is not a failure of ours.
  */

@@ -14,7 +14,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import httpProxy from '@fastify/http-proxy'
-import { MethodNotAllowedError, sendError } from '../errors.js'
+import { MethodNotAllowedError, sendError } from '../http/errors.js'
 import { FORWARDED_METHODS } from '../http/rules.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
 import { createAnswers, observeExchange, type Exchange } from './exchange.js'

@@ -8,7 +8,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import type { Logger } from 'pino'
 import type { ReadCache } from '../cache/read-cache.js'
 import type { Config } from '../config/load.js'
-import { BadRequestError, MethodNotAllowedError, RequestTimeoutError, sendError } from '../errors.js'
+import { BadRequestError, MethodNotAllowedError, RequestTimeoutError, sendError } from '../http/errors.js'
 import type { IdempotencyStage } from '../idempotency/stage.js'
 import { methodLabel, statusClass, type Metrics } from '../metrics.js'
 import { admitRequests, continueOnlyWhenAdmitted, headOverflowError, limitHeaderCount } from '../overload/admission.js'

@@ -1,6 +1,6 @@
 import { Agent, request, type Dispatcher } from 'undici'
 import { TOKEN_PATH } from '../config/urls.js'
-import { EgressProxyAuthError, isEgressProxyError } from '../errors.js'
+import { EgressProxyAuthError, isEgressProxyError } from '../http/errors.js'
 
 /** The contract's ceiling on a token's life (§5.5, §8): never trust a longer one. */
 export const MAX_TOKEN_LIFETIME_MS = 60 * 60_000

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { systemClock, type Clock } from '../clock.js'
-import { TokenUnavailableError } from '../errors.js'
+import { TokenUnavailableError } from '../http/errors.js'
 import type { Metrics } from '../metrics.js'
 import type { CredentialOrigin } from './credentials.js'
 import { createRefusals, isRefusal } from './refusals.js'

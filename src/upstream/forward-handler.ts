@@ -4,7 +4,7 @@
 import type { ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
-import { UpstreamBadResponseError, UpstreamBusyError } from '../errors.js'
+import { UpstreamBadResponseError, UpstreamBusyError } from '../http/errors.js'
 import { callerResponseHeaders } from '../http/rules.js'
 import type { ResetWatch } from './socket-internals.js'
 

@@ -3,7 +3,7 @@ import type { Socket } from 'node:net'
 import { Pool, type Dispatcher } from 'undici'
 import { absoluteFormRequest, egressConnection, refusingProxyAuth } from '../egress/connection.js'
 import type { Route } from '../egress/route.js'
-import { UpstreamBusyError } from '../errors.js'
+import { UpstreamBusyError } from '../http/errors.js'
 import { ForwardHandler, type ForwardContext, type ForwardHooks, type HeldAnswer, type UpstreamRequest } from './forward-handler.js'
 import { createResetWatch, guardUpstreamSocket } from './socket-internals.js'
 

@@ -9,7 +9,7 @@ import {
 } from '../../src/cache/fleet-fetch.js'
 import type { Failure } from '../../src/cache/flights.js'
 import type { CacheKey } from '../../src/cache/policy.js'
-import { UpstreamRateLimitedError, UpstreamTimeoutError } from '../../src/errors.js'
+import { UpstreamRateLimitedError, UpstreamTimeoutError } from '../../src/http/errors.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 
 const key = { id: 'k', display: '/a' } as unknown as CacheKey

@@ -4,7 +4,7 @@ import { createServer, type Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { Agent } from 'undici'
-import { EgressProxyAuthError, EgressProxyRefusedError, EgressProxyTimeoutError, EgressProxyUnreachableError } from '../../src/errors.js'
+import { EgressProxyAuthError, EgressProxyRefusedError, EgressProxyTimeoutError, EgressProxyUnreachableError } from '../../src/http/errors.js'
 import { createTokenClient, MAX_RESPONSE_BYTES, parseRetryAfter, parseTokenResponse, TokenRequestError } from '../../src/token/token-client.js'
 
 const credentials = () => ({ clientId: 'id', clientSecret: 'secret' })

@@ -4,7 +4,7 @@
 // answer within stale= standing in; a caller gone meanwhile gets its point back.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Rule } from '../../config/rate-limit-rules.js'
-import { InternalError, sendError, UpstreamRateLimitedError } from '../../errors.js'
+import { InternalError, sendError, UpstreamRateLimitedError } from '../../http/errors.js'
 import type { Verdict } from '../../quota/guard.js'
 import { callerGone } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'

@@ -10,7 +10,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { Transform } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { BadRequestError, BodyTooLargeError, MethodNotAllowedError } from '../../errors.js'
+import { BadRequestError, BodyTooLargeError, MethodNotAllowedError } from '../../http/errors.js'
 import { FORWARDED_METHODS, requestHeadersProblem, requestTargetProblem } from '../../http/rules.js'
 import { DISCARD_BODY_MS, REPLAY_BODY_MAX_BYTES, REPLAY_BUFFER_TOTAL_BYTES, type Exchange } from '../exchange.js'
 

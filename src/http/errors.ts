@@ -4,7 +4,7 @@ import { createRequire } from 'node:module'
 import type { Duplex } from 'node:stream'
 import createError from '@fastify/error'
 import type { FastifyError, FastifyReply } from 'fastify'
-import type { Metrics } from './metrics.js'
+import type { Metrics } from '../metrics.js'
 
 // node:http through require(), not an ESM import: the ESM facade of a builtin reads every
 // export, and node:http's lazy WebSocket getters load Node's own copy of undici, which the
