@@ -16,7 +16,7 @@ export interface CachedRequestOptions {
   /** UPSTREAM_URL: part of every key. */
   upstreamUrl: string
   /** The proxy's next step with the guard's verdict: forward, or refuse (or a stored answer stands in). */
-  admitted: (request: FastifyRequest, reply: FastifyReply, rule: Rule, verdict: Verdict) => void
+  actOnVerdict: (request: FastifyRequest, reply: FastifyReply, rule: Rule, verdict: Verdict) => void
   /** Answers the caller from a stored answer. */
   serve: (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult) => void
   callerGone: (request: FastifyRequest) => boolean
@@ -31,7 +31,7 @@ export interface CachedRequestOptions {
 }
 
 export function cachedRequest (options: CachedRequestOptions) {
-  const { cache, quota, upstreamUrl, admitted, serve, callerGone, forwardedPath, hasToken, needToken, fail } = options
+  const { cache, quota, upstreamUrl, actOnVerdict, serve, callerGone, forwardedPath, hasToken, needToken, fail } = options
   /**
    * A GET or HEAD of a rule with cache=: a fresh stored answer is served without asking any
    * budget. Otherwise one request fetches for every request that asks meanwhile (they wait for
@@ -84,7 +84,7 @@ export function cachedRequest (options: CachedRequestOptions) {
     }
     if (servedWithoutToken(request, reply, request.fill) || !await fleetTurn(request, reply, request.fill, unusable) || !await tokenFor(request, reply, request.fill)) return
     // With a stored answer to stand in, a spent budget is not waited for.
-    admitted(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
+    actOnVerdict(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
   }
 
   /**

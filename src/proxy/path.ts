@@ -47,7 +47,7 @@ type Step = (request: FastifyRequest, reply: FastifyReply) => void
 /** The stages' entry points, by the stage that owns each. */
 export interface Path {
   /** plugin.ts: the path from the idempotency key on (also a replay's way back in). */
-  send: Step
+  proceed: Step
   /** plugin.ts: nothing (more) is sent for this request; its fetch's waiters and its key go free. */
   abandon: (request: FastifyRequest) => void
   /** stages/token.ts: the request's token, then `then` (with the reason, when none came). */
@@ -55,7 +55,7 @@ export interface Path {
   /** stages/keyed.ts: a keyed request its key lets through, sent once it has its token. */
   keyedSend: Step
   /** stages/budget.ts: the quota guard's verdict acted on: forwarded, or refused (or a stored answer stands in). */
-  admitted: (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict) => void
+  actOnVerdict: (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict) => void
   /** stages/cached.ts: a stored answer to a caller. */
   serveCached: (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult) => void
   /** stages/cached.ts: stored answers to this request's caller, while it is there. */

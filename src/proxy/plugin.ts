@@ -49,11 +49,11 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
   const replay = createReplayStage(options, path)
   const answers = createAnswers(options)
   Object.assign(path, {
-    send,
+    proceed,
     abandon,
     withToken: token.withToken,
     keyedSend: keyed.keyedSend,
-    admitted: budget.admitted,
+    actOnVerdict: budget.actOnVerdict,
     serveCached: cached.serveCached,
     serverFor: cached.serverFor,
     answerFailure: cached.answerFailure,
@@ -67,7 +67,7 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
    * The path from the idempotency key on, for a request with its body read (and its token,
    * unless the cache or a key answers first); a 401 replay comes back here.
    */
-  function send (request: FastifyRequest, reply: FastifyReply): void {
+  function proceed (request: FastifyRequest, reply: FastifyReply): void {
     // The caller left while its body was read or a token awaited: nothing is sent for it.
     // (A cache fill's replay goes on for those who wait for it: its first send already went.)
     if (request.exchange.gone && !(request.fill !== null && request.replayed)) {
@@ -88,7 +88,7 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
       cached.ask(request, reply, cacheRule)
       return
     }
-    budget.admit(request, reply)
+    budget.askQuota(request, reply)
   }
 
   /**
@@ -148,7 +148,7 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
     preHandler: prepare,
     handler: (request, reply, dest) => {
       request.upstreamPath = dest
-      send(request, reply)
+      proceed(request, reply)
     }
   })
 }

@@ -265,9 +265,9 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       if (answer.statusCode === 429) rateLimitAnswer(rule, answer.headers)
     },
     /** Whether an answer with this status is held back whole, to look for Apigee's rate-limit fault. */
-    holdsBack: (statusCode: number): boolean => statusCode === 500 && cooldownMs > 0,
+    holds: (statusCode: number): boolean => statusCode === 500 && cooldownMs > 0,
     /** A held-back 500, whole: Apigee's rate-limit fault (JSON or XML, compressed or not) starts a cool-down. */
-    heldBack (rule: Rule | undefined, answer: Answer & { body: Buffer }): void {
+    held (rule: Rule | undefined, answer: Answer & { body: Buffer }): void {
       if (isRateLimitFault(answer.body, answer.headers['content-encoding'])) rateLimitAnswer(rule, answer.headers)
     },
     describe,

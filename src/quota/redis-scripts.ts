@@ -27,7 +27,7 @@ local function gateLeft (key)
   if v < 1e12 then return redis.call('PTTL', key) end
   return v - now
 end
-local function heldBack (count, window, floor)
+local function arrivalsHold (count, window, floor)
   if floor <= 0 then return 0 end
   local share = math.floor(count / floor)
   if share == 0 then return 0 end
@@ -90,7 +90,7 @@ for i = 6, #KEYS, 2 do
   local count, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
-  local room = count - heldBack(count, window, floor)
+  local room = count - arrivalsHold(count, window, floor)
   if size > present then room = room - (size - present) * math.floor(count / size) end
   if used + 1 > room then
     local w = window
@@ -168,7 +168,7 @@ local cd = redis.call('PTTL', KEYS[5])
 local out = {0, now}
 for i = 6, #KEYS, 2 do
   local count, window = tonumber(ARGV[i - 3]), tonumber(ARGV[i - 2])
-  local room = count - heldBack(count, window, floor)
+  local room = count - arrivalsHold(count, window, floor)
   if size > present then room = room - (size - present) * math.floor(count / size) end
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).

@@ -84,10 +84,10 @@ function clientHooks (hooks: ForwardHooks, exchange: Exchange, client: Span): Fo
       const cacheStatus = headers['cache-status']
       if (typeof cacheStatus === 'string' && cacheStatus.startsWith('store-auth-proxy')) exchange.span.addEvent('cache', { 'cache.status': cacheStatus })
     },
-    heldBack (answer) {
+    held (answer) {
       if (answer.statusCode === 401) exchange.span.addEvent('401 from TI', { 'token.replay': true })
       endClient(exchange)
-      hooks.heldBack(answer)
+      hooks.held(answer)
     },
     unsent () {
       client.addEvent('unsent')

@@ -17,7 +17,7 @@ export interface UpstreamRequest {
   body: Readable | Buffer | null
 }
 
-/** The upstream's final answer, read whole instead of being sent (see ForwardHooks.holdBack). */
+/** The upstream's final answer, read whole instead of being sent (see ForwardHooks.holds). */
 export interface HeldAnswer {
   statusCode: number
   headers: Record<string, string | string[] | undefined>
@@ -25,22 +25,22 @@ export interface HeldAnswer {
 }
 
 export interface ForwardHooks {
-  /** The upstream's final answer began (status and headers), before holdBack is asked. */
+  /** The upstream's final answer began (status and headers), before `holds` is asked. */
   answer?: (statusCode: number, headers: HeldAnswer['headers']) => void
   /**
    * The upstream answered `statusCode`: return true (or a byte limit) to hold the answer
    * back. It is then read whole (up to HOLD_BACK_MAX_BYTES, or the limit given; past that
-   * it is sent after all) and handed to `heldBack` instead of being written to the caller.
+   * it is sent after all) and handed to `held` instead of being written to the caller.
    */
-  holdBack: (statusCode: number) => boolean | number
+  holds: (statusCode: number) => boolean | number
   /**
    * The answer is wanted by others than this caller (a read-cache fill): once the request is
-   * written, the caller leaving does not abort it. A held answer still reaches `heldBack`,
+   * written, the caller leaving does not abort it. A held answer still reaches `held`,
    * and a failure `failed`, with the caller gone; one that would stream to it is aborted.
    */
   outlivesCaller?: boolean
   /** The held-back answer, complete: the caller still waits for an answer. */
-  heldBack: (answer: HeldAnswer) => void
+  held: (answer: HeldAnswer) => void
   /**
    * Nothing of the request was or will be written to the upstream: refused before dispatch
    * (UPSTREAM_BUSY), dropped from the queue (its caller left, or it waited too long), or its
@@ -79,7 +79,7 @@ export interface ForwardContext {
  * - queued: waits for a connection, counted in the pool's queue; the queue's timer bounds the wait.
  * - expired: waited too long: its caller got 503 and it is dropped unsent if it reaches a connection.
  * - sent: on a connection (undici began writing it: it may have reached the upstream); nothing passed on yet.
- * - holding: the final answer is read whole, for `heldBack`, instead of going to the caller.
+ * - holding: the final answer is read whole, for `held`, instead of going to the caller.
  * - streaming: the final answer's head went to the caller; its body follows as it comes.
  * - done: undici ended it (the answer's end, or an error): nothing more comes.
  *
@@ -186,7 +186,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
       // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: a HEAD answer and a 204 or 304 end at their head, so undici never ends them on a reset
       this.#method !== 'HEAD' && !statusOnly(statusCode)
-    const hold = this.#hooks.holdBack(statusCode)
+    const hold = this.#hooks.holds(statusCode)
     if (hold !== false) {
       this.#held = { statusCode, headers, chunks: [], bytes: 0, limit: hold === true ? HOLD_BACK_MAX_BYTES : hold }
       this.#moveTo('holding')
@@ -220,7 +220,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     }
     if (was === 'holding') {
       const held = this.#held as Held // set on entering 'holding'
-      this.#hooks.heldBack({ statusCode: held.statusCode, headers: callerResponseHeaders(held.headers), body: Buffer.concat(held.chunks) })
+      this.#hooks.held({ statusCode: held.statusCode, headers: callerResponseHeaders(held.headers), body: Buffer.concat(held.chunks) })
     } else {
       this.#res.end()
     }

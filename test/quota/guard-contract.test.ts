@@ -130,13 +130,13 @@ t.test('with RATE_LIMIT_COOLDOWN_MS=0 the rules are still enforced, and a 429 st
   t.equal(await gauge('GET /a'), 0)
   t.strictSame(guard.status().cooldowns, [])
   t.equal(logs.entries().filter((e) => e.msg === 'gateway rate-limit answer: cooling down').length, 0, 'nothing logged as a cool-down')
-  t.equal(guard.holdsBack(500), false, 'a 500 is passed on as it comes: no fault is looked for with cool-downs off')
+  t.equal(guard.holds(500), false, 'a 500 is passed on as it comes: no fault is looked for with cool-downs off')
 })
 
 t.test('with cool-downs on, only a 500 is held back to look for the rate-limit fault', async (t) => {
   const { guard } = setup('', { cooldownMs: 1_000 })
-  t.equal(guard.holdsBack(500), true)
-  t.equal(guard.holdsBack(502), false)
+  t.equal(guard.holds(500), true)
+  t.equal(guard.holds(502), false)
 })
 
 t.test('an admission verdict: a ticket for what was taken, not delayed unless it waited', async (t) => {

@@ -46,10 +46,10 @@ const context = (): ForwardContext => ({
 })
 
 function hooks (over: Partial<ForwardHooks> = {}) {
-  const seen = { unsent: 0, failed: [] as Error[], heldBack: 0, started: 0 }
+  const seen = { unsent: 0, failed: [] as Error[], held: 0, started: 0 }
   const h: ForwardHooks = {
-    holdBack: () => false,
-    heldBack: () => { seen.heldBack++ },
+    holds: () => false,
+    held: () => { seen.held++ },
     unsent: () => { seen.unsent++ },
     failed: (err) => { seen.failed.push(err) },
     started: () => { seen.started++ },
@@ -91,7 +91,7 @@ t.test('a request whose caller leaves while it is queued is dropped unsent and g
 
 t.test('a held answer released to a slow caller waits for one drain, not one per chunk', async (t) => {
   const res = callerResponse({ full: true })
-  const { h } = hooks({ holdBack: () => 1024 })
+  const { h } = hooks({ holds: () => 1024 })
   const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
   const { c, seen: asked } = controller()
   handler.onRequestStart(c)

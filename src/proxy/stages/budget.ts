@@ -10,7 +10,7 @@ import { callerGone } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'
 
 export function createBudgetStage ({ quota, cache, metrics, fields, idempotency }: StageOptions, path: Path) {
-  function admitted (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
+  function actOnVerdict (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
     if (verdict.ok) {
       if (!callerGone(request) || (fill !== null && request.replayed)) {
@@ -49,17 +49,17 @@ export function createBudgetStage ({ quota, cache, metrics, fields, idempotency 
   }
 
   return {
-    admitted,
+    actOnVerdict,
 
     /** Asks the quota guard for this request's rule, and acts on its verdict (at once, or once it has waited). */
-    admit (request: FastifyRequest, reply: FastifyReply): void {
+    askQuota (request: FastifyRequest, reply: FastifyReply): void {
       const rule = quota.ruleFor(request.method, request.raw.url ?? '/')
       const verdict = quota.admit(rule, reply.raw)
       if (!(verdict instanceof Promise)) {
-        admitted(request, reply, rule, verdict)
+        actOnVerdict(request, reply, rule, verdict)
         return
       }
-      verdict.then((v) => { admitted(request, reply, rule, v) }, (err: unknown) => {
+      verdict.then((v) => { actOnVerdict(request, reply, rule, v) }, (err: unknown) => {
         request.log.error({ err }, 'quota guard failed')
         idempotency?.unsent(request.claim)
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)

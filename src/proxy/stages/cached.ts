@@ -62,7 +62,7 @@ export function createCacheStage (options: StageOptions, path: Path) {
       cache,
       quota,
       upstreamUrl,
-      admitted: (request, reply, rule, verdict) => { path.admitted(request, reply, rule, verdict) },
+      actOnVerdict: (request, reply, rule, verdict) => { path.actOnVerdict(request, reply, rule, verdict) },
       serve: serveCached,
       callerGone,
       forwardedPath,

@@ -11,7 +11,7 @@ export function createKeyedStage ({ idempotency }: Pick<StageOptions, 'idempoten
   function keyedSend (request: FastifyRequest, reply: FastifyReply): void {
     path.withToken(request, (err) => {
       if (err === undefined) {
-        path.send(request, reply)
+        path.proceed(request, reply)
         return
       }
       idempotency?.unsent(request.claim)

@@ -45,7 +45,7 @@ export function createReplayStage ({ tokens, idempotency }: Pick<StageOptions, '
         }
         request.log.debug({ generation: fresh.generation }, 'replaying a request rejected with 401 with a new token')
         request.token = fresh
-        path.send(request, reply)
+        path.proceed(request, reply)
       })
     }
   }

@@ -42,17 +42,17 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
-      holdBack: (statusCode) => path.holdForReplay(request, statusCode) || quota.holdsBack(statusCode) ||
+      holds: (statusCode) => path.holdForReplay(request, statusCode) || quota.holds(statusCode) ||
         (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)) || (idempotency?.holds(request.claim) ?? false),
       outlivesCaller: fill !== null || idempotency?.keyed(request.claim) === true,
-      heldBack: (answer) => {
+      held: (answer) => {
         // idempotency: a keyed request's second 401 is its answer (the replay is the one resend).
         if (answer.statusCode === 401 && !(request.replayed && request.claim !== null)) {
           idempotency?.rejected(request.claim)
           path.replay(request, reply, answer)
           return
         }
-        quota.heldBack(rule, answer)
+        quota.held(rule, answer)
         // idempotency: TI's answer is kept for the key's retries before the caller gets it.
         if (idempotency?.keyed(request.claim) === true) {
           void idempotency?.answered(request.claim, answer).then(() => { if (!callerGone(request)) { reply.hijack(); sendHeld(reply.raw, answer) } })
