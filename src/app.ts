@@ -44,15 +44,20 @@ export interface AppDependencies {
   quotaTiming?: QuotaDependencies['quotaTiming']
   /** The idempotency keys' epoch check, recovery window and pending margin (src/idempotency/create.ts); tests shorten them. */
   idempotencyTiming?: IdempotencyTiming
+  /** How the overload manager reads memory and collects garbage; tests give their own. */
+  memory?: MemoryProbes
+}
+
+export interface MemoryProbes {
   /** Where the cgroup's memory limit is read from (memory-limit.ts); tests give fixture files. */
   readSystemFile?: ReadSystemFile
-  /** Live memory for the overload manager (overload.ts liveBytes by default). */
+  /** Live memory (memory-watch.ts liveBytes by default). */
   readLiveBytes?: () => number
-  /** Private memory for the overload manager, undefined when unknown (memory-limit.ts readPrivateBytes by default). */
+  /** Private memory, undefined when unknown (memory-limit.ts readPrivateBytes by default). */
   readPrivateBytes?: () => number | undefined
-  /** A full garbage collection for the overload manager (overload.ts fullCollection by default). */
+  /** A full garbage collection (memory-watch.ts fullCollection by default). */
   collectGarbage?: () => void
-  /** A young-generation collection, paced by the bodies of shed requests (overload.ts youngCollection by default). */
+  /** A young-generation collection, paced by the bodies of shed requests (memory-watch.ts youngCollection by default). */
   collectYoungGarbage?: () => void
 }
 
@@ -192,7 +197,8 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
 
 /** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
 function createOverload (config: Config, deps: AppDependencies, metrics: Metrics): OverloadManager {
-  const { log, clock = systemClock, readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps
+  const { log, clock = systemClock } = deps
+  const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
   const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
   log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')

@@ -45,8 +45,9 @@ export async function build (
   const config = loadConfig({
     CLIENT_ID, CLIENT_SECRET, PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1', ...env
   })
-  const ownPrivateMemory = deps.readSystemFile === undefined ? { readPrivateBytes: () => undefined } : {}
-  const app = await buildApp(config, { log: logs.log, defaultMetrics: false, ...ownPrivateMemory, ...deps })
+  // The test process's own private memory is not the sidecar's: unknown, unless files are given.
+  const memory = deps.memory?.readSystemFile === undefined ? { readPrivateBytes: () => undefined, ...deps.memory } : deps.memory
+  const app = await buildApp(config, { log: logs.log, defaultMetrics: false, ...deps, memory })
   t.teardown(() => app.close())
   await app.proxy.listen({ host: '127.0.0.1', port: 0 })
   await app.admin.listen({ host: '127.0.0.1', port: 0 })

@@ -38,7 +38,7 @@ async function serveVerdict (env: Record<string, string>): Promise<Verdict> {
     if (err instanceof ConfigError) return { valid: false, problems: err.problems }
     throw err
   }
-  const app = await buildApp(config, { log: captureLogs('silent').log, defaultMetrics: false, readPrivateBytes: () => undefined })
+  const app = await buildApp(config, { log: captureLogs('silent').log, defaultMetrics: false, memory: { readPrivateBytes: () => undefined } })
   JSON.stringify(describe(config))
   await app.close()
   return { valid: true }

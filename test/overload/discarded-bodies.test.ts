@@ -17,9 +17,7 @@ t.test('a shed upload is read to its end and dropped, the connection kept, a you
   const memory = { young: 0 }
   const { proxyUrl } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(128 * MiB) }, {
     // Over the high water from the first sample: every request is shed.
-    readLiveBytes: () => 100 * MiB,
-    collectGarbage: () => {},
-    collectYoungGarbage: () => { memory.young += 1 }
+    memory: { readLiveBytes: () => 100 * MiB, collectGarbage: () => {}, collectYoungGarbage: () => { memory.young += 1 } }
   })
   const size = 3 * DISCARD_COLLECT_BYTES + 1024
   const chunked = (body: Buffer): string => `${body.length.toString(16)}\r\n${body.toString('latin1')}\r\n0\r\n\r\n`
@@ -37,7 +35,7 @@ t.test('an excess connection\'s upload, read and dropped while it lingers, paces
   const upstream = await startUpstream(t)
   const memory = { young: 0 }
   const { proxyUrl } = await startSidecar(t, upstream.url, { MAX_CONNECTIONS: '1', MEMORY_LIMIT_BYTES: '0' }, {
-    collectYoungGarbage: () => { memory.young += 1 }
+    memory: { collectYoungGarbage: () => { memory.young += 1 } }
   })
   const { hostname, port } = new URL(proxyUrl)
   const first = connect(Number(port), hostname)

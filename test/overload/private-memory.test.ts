@@ -28,10 +28,12 @@ t.test('private memory at the water: beyond 8 in flight, what does not fit is sh
   const { proxyUrl, adminUrl, logs } = await startSidecar(t, upstream.url, {
     MEMORY_LIMIT_BYTES: String(LIMIT), RATE_LIMITS: '* /v2/store/** 10/1h', RATE_LIMIT_MAX_WAIT_MS: '0'
   }, {
-    // Live memory low (the test process's own is not the sidecar's): only private memory matters here.
-    readLiveBytes: () => 20 * MiB,
-    readPrivateBytes: () => memory.private,
-    collectGarbage: () => {}
+    memory: {
+      // Live memory low (the test process's own is not the sidecar's): only private memory matters here.
+      readLiveBytes: () => 20 * MiB,
+      readPrivateBytes: () => memory.private,
+      collectGarbage: () => {}
+    }
   })
 
   const held = Array.from({ length: PRIVATE_FLOOR_IN_FLIGHT }, async (_, i) => await get(proxyUrl + `/v2/store/held${i}`))
@@ -82,9 +84,7 @@ t.test('private memory is read from the system files the sidecar is given, as it
   const upstream = await startStalledUpstream(t)
   const files: Record<string, string> = { '/proc/self/status': 'Name:\tnode\nRssAnon:\t  102400 kB\n' }
   const { adminUrl } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT) }, {
-    readSystemFile: (path) => files[path],
-    readLiveBytes: () => 20 * MiB,
-    collectGarbage: () => {}
+    memory: { readSystemFile: (path) => files[path], readLiveBytes: () => 20 * MiB, collectGarbage: () => {} }
   })
   t.match(await overloadStatus(adminUrl), { privateBytes: 100 * MiB, limitBytes: LIMIT })
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_memory_private_bytes'), 100 * MiB)

@@ -30,8 +30,7 @@ async function overloadedSidecar (t: Test) {
   const sidecar = await startSidecar(t, upstream.url, {
     MEMORY_LIMIT_BYTES: String(LIMIT), RATE_LIMITS: '* /v2/store/** 3/1h', RATE_LIMIT_MAX_WAIT_MS: '0', ACCESS_LOG: 'true'
   }, {
-    readLiveBytes: () => memory.live,
-    collectGarbage: () => { memory.collections += 1 }
+    memory: { readLiveBytes: () => memory.live, collectGarbage: () => { memory.collections += 1 } }
   })
   return { ...sidecar, upstream, memory }
 }
