@@ -59,7 +59,7 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
       shared = (await import('../cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
     }
     fleet = (onCooldown) => createFleetStore({
-      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member, resumed: durable.resumed }),
+      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
       redis,
       clock,
       log: log.child({ component: 'quota' }),
@@ -108,7 +108,6 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
   } else {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
-  const resumed = loaded.state === 'loaded' && loaded.member !== ''
-  const member = resumed ? loaded.member : newMemberId()
-  return { ledger, member, resumed, save: createLedgerWriter(dir, member, ledger, clock).save }
+  const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
+  return { ledger, member, save: createLedgerWriter(dir, member, ledger, clock).save }
 }

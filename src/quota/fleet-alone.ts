@@ -40,8 +40,9 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
      */
     take (scope: string, limits: readonly Limit[], id: string): Take {
       probeSoon()
-      // Redis is being told the ledger: a send admitted now could miss that snapshot.
-      if (view.reasserting !== undefined) return { kind: 'degraded', ms: timing.heartbeatMs }
+      // Redis is being told the ledger: a send admitted now could miss that snapshot. Never
+      // counted present by Redis: nobody would hold back what it spent (redis-scripts.ts).
+      if (view.reasserting !== undefined || !view.everShared) return { kind: 'degraded', ms: timing.heartbeatMs }
       const now = clock.now()
       if (oneOfOne()) {
         // Its ledger is the whole tally, but for what an earlier run of it sent.
@@ -66,7 +67,7 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
       const one = oneOfOne()
       return ledgerBudget(ledger, scope, limits, (limit) => one ? limit.count : shareOf(limit)).map((remaining, i) => {
         const limit = limits[i] as Limit
-        const ms = view.reasserting !== undefined || (!one && shareOf(limit) === 0)
+        const ms = view.reasserting !== undefined || !view.everShared || (!one && shareOf(limit) === 0)
           ? timing.heartbeatMs
           : (one ? bornAt : view.presenceBound) + limit.windowMs - now
         return ms > 0 ? { left: 0, resetMs: Math.max(ms, remaining.resetMs) } : remaining

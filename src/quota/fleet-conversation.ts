@@ -81,7 +81,7 @@ export function createConversation (options: ConversationOptions) {
           metrics.rateLimitRedisDataLost?.inc()
         }
         member.epoch = reply.epoch
-        member.fresh = false
+        view.everShared = true
         if (reply.epochAgeMs < timing.freshGraceMs) view.graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         if (view.starting) view.firstGraceUntil = view.graceUntil
         learn(reply)

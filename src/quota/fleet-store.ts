@@ -7,13 +7,14 @@
 //
 // How, in short:
 // - Shared: each take is one Redis script on sliding logs; room is kept for the share
-//   (limit / fleet size) of every sidecar not present, since it may be spending on its own.
+//   (limit / fleet size) of every sidecar out of Redis's sight: absent, or lapsed and perhaps
+//   spending on its own, or stopped within the last window (redis-scripts.ts).
 // - Degraded (a take failed or was late): this sidecar asks Redis nothing more until it
 //   answers a PING again, and spends only its share of RATE_LIMIT_FLEET_SIZE (none without
-//   it: a size seen in Redis may lag a sidecar joining), and only from one window after the last
-//   moment Redis could still have counted it present (every admission in such a window kept
-//   its share free), or after this process started (an earlier run of it may have spent).
-//   Fleet size 1, declared: the whole budget, one window after start.
+//   it: a size seen in Redis may lag a sidecar joining), only once Redis has counted this
+//   process present (so Redis knows to hold its share), and only from one window after the
+//   last moment Redis could still have counted it present (every admission in such a window
+//   kept its share free). Fleet size 1, declared: the whole budget, one window after start.
 // - Back: one script tells Redis the ledger's open sends again (idempotent ids) and registers
 //   the sidecar present, atomically; a lost epoch gates every limit for one window.
 //
@@ -70,9 +71,8 @@ export interface FleetStoreOptions {
   onCooldown: (scope: string) => void
   /** The ledger, when kept in STATE_DIR: with an earlier run's sends restored (ledger-file.ts). */
   ledger?: Ledger
-  /** This sidecar's member id, kept in STATE_DIR; `resumed`: an earlier run's (Redis sees it come back, not a new one). */
+  /** The earlier run's member id, kept in STATE_DIR: Redis sees the same sidecar come back. */
   memberId?: string
-  resumed?: boolean
 }
 
 export function createFleetStore (options: FleetStoreOptions) {
@@ -80,7 +80,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const timing: FleetTiming = { ...DEFAULT_FLEET_TIMING, ...options.timing }
   const ledger = options.ledger ?? createLedger(clock)
   const cooldowns: Cooldowns = createCooldowns(clock)
-  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '', fresh: options.resumed !== true }
+  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
   // A member id kept from an earlier run names the sidecar; this run's sends get ids of their own.
   const nextId = createSendIds(options.memberId === undefined ? member.id : newMemberId())
   /** When this process started: an earlier run of this sidecar may have spent until then. */
@@ -196,12 +196,12 @@ export function createFleetStore (options: FleetStoreOptions) {
       if (up) return
       const reason = redisAuthProblem(redis.lastError()) ?? 'not reachable'
       // Stryker disable next-line StringLiteral: log wording (the reason is the field)
-      reporting.reportProblem(reason, 'rate-limit redis not reachable at start: each sidecar spends only its share of the budgets until it answers')
+      reporting.reportProblem(reason, 'rate-limit redis not reachable at start: budgets are refused until it answers (no one would hold back what this sidecar spent alone)')
       schedule()
     },
     async close (): Promise<void> {
       conversation.stop()
-      // Shared, Redis holds every send: leave. Else lapse, and a newcomer holds the share back (redis-scripts.ts).
+      // Shared, Redis holds every send: leave. Else lapse: its share stays held (redis-scripts.ts).
       if (view.state === 'shared' && view.reasserting === undefined) await redis.leave(member).catch(() => {})
       await redis.close()
     }

@@ -35,6 +35,8 @@ export interface FleetView {
   firstGraceUntil: number | undefined
   /** Whether start() is making the first contact (a later one may find a fleet already serving). */
   starting: boolean
+  /** Redis has counted this process present: only then may it spend alone (Redis then holds its share while it is away). */
+  everShared: boolean
   /** Why Redis is not used, when it is not (never a credential). */
   problem: string | undefined
   /** The reassertion under way (Redis is being told the ledger), if any. */
@@ -51,6 +53,7 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     graceUntil: -Infinity,
     firstGraceUntil: undefined,
     starting: true,
+    everShared: false,
     problem: undefined,
     reasserting: undefined
   }

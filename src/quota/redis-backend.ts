@@ -43,8 +43,6 @@ export interface Member {
   fleetFloor: number
   /** The epoch this sidecar knows ('' before its first contact). */
   epoch: string
-  /** Never registered under this id (a new pod, not a restart keeping its ledger): it may take a lapsed sidecar's place. */
-  fresh: boolean
 }
 
 export type TakeCode = 'ok' | 'cooldown' | 'budget' | 'late' | 'gated' | 'epoch'
@@ -117,11 +115,11 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}newcomers`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   // Stryker disable next-line StringLiteral: one gate for a scope's limits holds for its longest window, and a take waits for the longest gate of its limits anyway
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)
-  const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch, m.fresh ? 1 : 0]
+  const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch]
 
   return {
     displayUrl,
@@ -177,7 +175,8 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async refund (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
       if (limits.length === 0) return
-      await client.sapRefund(limits.length, ...limits.map((l) => logKey(scope, l)), sendId)
+      const keys = [...fleetKeys, ...limits.map((l) => logKey(scope, l))]
+      await client.sapRefund(keys.length, ...keys, sendId)
     },
     async coolDown (scope: string, request: CooldownRequest): Promise<number> {
       const cooldown = key(scope, 'cooldown')

@@ -6,18 +6,20 @@
 // How long the fleet remembers a sidecar that lapsed (ms): see `presence` below.
 export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 
-// The fleet's tally (the logs, the gates, presence) carries no TTL: a volatile-* maxmemory-policy
-// (the managed offerings' default) evicts only keys with one, such as the read cache's entries,
-// so memory pressure never drops a budget. A log is pruned by its scores at every take; a
-// gate holds until the time it stores (an earlier version's gate: its TTL).
+// The fleet's tally (the logs, the gates, presence, the latest sends) carries no TTL: a
+// volatile-* maxmemory-policy (the managed offerings' default) evicts only keys with one, such
+// as the read cache's entries, so memory pressure never drops a budget. A log is pruned by its
+// scores at every take; a gate holds until the time it stores (an earlier version's: its TTL).
 //
-// Redis's clock in ms, and what a new sidecar's arrival holds back (KEYS[4], the newcomers).
-// A sidecar cut off from Redis spends its share alone from one window after its presence
-// lapsed; should it then be replaced by a new pod, what it spent is known to no one. The
-// newcomer that arrives in its place (it takes the oldest lapsed sidecar's place, see
-// `presence`) therefore keeps that share back for one window of each limit, where the lapse
-// was more than a window before the arrival (else the lapsed sidecar never spent alone). The
-// share kept is that of RATE_LIMIT_FLEET_SIZE: the most a lapsed sidecar could spend alone.
+// What a sidecar may have spent alone, out of Redis's sight, is held back (`heldBack`). Only
+// a sidecar that was present spends alone (from one window after its presence lapsed), so
+// Redis knows each one: it is remembered as lapsed (KEYS[3]) until it comes back and tells
+// its sends. While fewer than RATE_LIMIT_FLEET_SIZE are present, each lapsed sidecar, alive or
+// not, keeps its share held (as does each absent one). Once that many are present again, the
+// lapsed ones have stopped (at most that many run at once: the guarantee's first assumption),
+// but what they sent may still be in the window: each is then released (KEYS[4]) and its share
+// held one more window from that moment. The share held is that of RATE_LIMIT_FLEET_SIZE, the
+// most a sidecar could spend alone.
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,74 +29,95 @@ local function gateLeft (key)
   if v < 1e12 then return redis.call('PTTL', key) end
   return v - now
 end
-local function arrivalsHold (count, window, floor)
-  if floor <= 0 then return 0 end
+-- The tally (KEYS[5], a hash) keeps each log's latest send. A log found empty although its
+-- latest send is still in the window was lost (evicted by an allkeys-* policy, deleted): its
+-- limit is gated until that send leaves the window, as after a loss of all the data.
+local function lostLeft (log, window)
+  local last = tonumber(redis.call('HGET', KEYS[5], log))
+  if last == nil or last <= now - window or redis.call('EXISTS', log) == 1 then return 0 end
+  return last + window - now
+end
+local function lostLog (log, gate, window)
+  local left = lostLeft(log, window)
+  if left > 0 and gateLeft(gate) < left then redis.call('SET', gate, now + left) end
+  return left
+end
+-- After sends were added to or taken from a log: the tally keeps its latest, or forgets it.
+local function noteLatest (log)
+  local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('HSET', KEYS[5], log, top[2]) else redis.call('HDEL', KEYS[5], log) end
+end
+-- What a limit holds back for sidecars out of Redis's sight, and the ms until the released
+-- ones' part of it ends (0: none; the rest lasts until they come back or are released).
+local function heldBack (count, window, floor, size, present)
+  local absent = 0
+  if size > present then absent = (size - present) * math.floor(count / size) end
+  if floor <= 0 then return absent, 0 end
   local share = math.floor(count / floor)
-  if share == 0 then return 0 end
-  local n = 0
-  local arrivals = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
-  for j = 1, #arrivals, 2 do
-    local lapse = tonumber(string.match(arrivals[j], '|(%-?[%d.e+]+)$'))
-    if lapse and tonumber(arrivals[j + 1]) - lapse > window then n = n + 1 end
-  end
-  return n * share
+  local lapsed = redis.call('ZCARD', KEYS[3])
+  local released = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
+  local ends = 0
+  if released[2] then ends = tonumber(released[2]) + window - now end
+  return math.max(absent, lapsed * share) + (#released / 2) * share, ends
 end
 `
 
 // Shared by the scripts that renew presence: the caller's deadline (a command that waited in
 // a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
 // presence (each sidecar renews a member entry, KEYS[2], that lapses after a TTL). The fleet
-// size the formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more.
-// A sidecar that lapses (it did not leave: it crashed, or was cut off and may be spending its
-// share alone) is remembered in KEYS[3]; it is forgotten when it comes back, when a new sidecar
-// takes its place (KEYS[4], the newcomers), or after GHOST_KEEP_MS.
+// size the formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more. A
+// sidecar that lapses instead of leaving is remembered (KEYS[3]) and released (KEYS[4]) as
+// above; a released one is forgotten after GHOST_KEEP_MS (longer than any window).
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
-local function presence (member, ttl, floor, fresh)
-  local members, lapsed, newcomers = KEYS[2], KEYS[3], KEYS[4]
+local function presence (member, ttl, floor)
+  local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
   local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now, 'WITHSCORES')
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
-  redis.call('ZREMRANGEBYSCORE', lapsed, '-inf', now - ${GHOST_KEEP_MS})
-  redis.call('ZREMRANGEBYSCORE', newcomers, '-inf', now - ${GHOST_KEEP_MS})
-  if not redis.call('ZSCORE', members, member) and redis.call('ZREM', lapsed, member) == 0 and fresh == 1 then
-    local ghost = redis.call('ZPOPMIN', lapsed)
-    if ghost[1] then redis.call('ZADD', newcomers, now, member .. '|' .. ghost[2]) end
-  end
+  redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
+  -- Back under its own id, it tells its sends (REASSERT) or never spent alone (shared).
+  redis.call('ZREM', lapsed, member)
+  redis.call('ZREM', released, member)
   redis.call('ZADD', members, now + ttl, member)
   local present = redis.call('ZCARD', members)
+  if floor > 0 and present >= floor then
+    local stopped = redis.call('ZRANGE', lapsed, 0, -1)
+    for i = 1, #stopped do redis.call('ZADD', released, now, stopped[i]) end
+    redis.call('DEL', lapsed)
+  end
   return present, math.max(present, floor)
 end
 `
 
-// KEYS: epoch, members, lapsed, newcomers, cooldown, then (log, gate) per limit.
-// ARGV: deadline, member, ttl, floor, epoch expected, fresh (1/0), send id, then (count,
-// window ms) per limit.
+// KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit.
+// ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per
+// limit.
 // Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
 // (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
 // 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
-// A limit keeps room for the share of every sidecar not present (it may be spending its
-// share on its own), and for what a newcomer holds back (CLOCK):
-// used + 1 + (size - present) * floor(count / size) + held back <= count.
+// A limit keeps room for what sidecars out of Redis's sight may have spent (heldBack):
+// used + 1 + held back <= count.
 export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
 local floor = tonumber(ARGV[4])
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[6]))
-local cd = redis.call('PTTL', KEYS[5])
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor)
+local cd = redis.call('PTTL', KEYS[6])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
-for i = 6, #KEYS, 2 do
-  local g = gateLeft(KEYS[i + 1])
+for i = 7, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
   if g > gated then gated = g end
-  local count, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
-  local room = count - arrivalsHold(count, window, floor)
-  if size > present then room = room - (size - present) * math.floor(count / size) end
+  local held, ends = heldBack(count, window, floor, size, present)
+  local room = count - held
   if used + 1 > room then
     local w = window
     local leaving = used - room + 1
+    if room <= 0 and ends > 0 then w = ends end
     if room > 0 then
       local e = redis.call('ZRANGE', KEYS[i], leaving - 1, leaving - 1, 'WITHSCORES')
       w = tonumber(e[2]) + window - now
@@ -104,56 +127,64 @@ for i = 6, #KEYS, 2 do
 end
 if gated > 0 then return {4, gated, size, present, now} end
 if wait > 0 then return {2, wait, size, present, now} end
-for i = 6, #KEYS, 2 do redis.call('ZADD', KEYS[i], now, ARGV[7]) end
+for i = 7, #KEYS, 2 do
+  redis.call('ZADD', KEYS[i], now, ARGV[6])
+  redis.call('HSET', KEYS[5], KEYS[i], now)
+end
 return {0, 0, size, present, now}
 `
 
-// KEYS: epoch, members, lapsed, newcomers, then (log, gate) per limit of every rule.
-// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), fresh (1/0), new epoch
-// id, then per limit: window ms, n, then n × (send id, age ms).
+// KEYS: epoch, members, lapsed, released, tally, then (log, gate) per limit of every rule.
+// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, then per
+// limit: window ms, n, then n × (send id, age ms).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
 // registers it present, in one step. If the epoch is missing or another than expected, Redis
-// lost its data: every limit is gated for one window (counts in it cannot be trusted).
+// lost its data: every limit is gated for one window (counts in it cannot be trusted), and
+// every other sidecar of the fleet counts as lapsed (any may be cut off and spending alone).
 // Returns {late (1/0), lost (1/0), fleet size, present, now, epoch}.
 export const REASSERT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {1, 0, 0, 0, now, ''} end
 local epoch = redis.call('GET', KEYS[1])
 local lost = 0
 if not epoch then
-  epoch = ARGV[7] .. ':' .. now
+  epoch = ARGV[6] .. ':' .. now
   redis.call('SET', KEYS[1], epoch)
-  if ARGV[5] ~= '' then lost = 1 end
+  if ARGV[5] ~= '' then
+    lost = 1
+    for k = 1, tonumber(ARGV[4]) - 1 do redis.call('ZADD', KEYS[3], now, 'unknown:' .. epoch .. ':' .. k) end
+  end
 elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]))
-local a = 8
-for i = 5, #KEYS, 2 do
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local a = 7
+for i = 6, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   for j = 1, n do
     redis.call('ZADD', KEYS[i], 'GT', now - tonumber(ARGV[a + 1]), ARGV[a])
     a = a + 2
   end
+  if n > 0 then noteLatest(KEYS[i]) end
   if lost == 1 and gateLeft(KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], now + window) end
 end
 return {0, lost, size, present, now, epoch}
 `
 
-// KEYS: epoch, members, lapsed, newcomers, then the cool-down of each scope. ARGV: deadline,
-// member, ttl, floor, epoch expected, fresh (1/0). Returns {code, fleet size, present, now, ms left of each cool-down}:
+// KEYS: epoch, members, lapsed, released, tally, then the cool-down of each scope. ARGV:
+// deadline, member, ttl, floor, epoch expected. Returns {code, fleet size, present, now, ms left of each cool-down}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
 export const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]))
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
 local out = {0, size, present, now}
-for i = 5, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+for i = 6, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
 `
 
-// KEYS: epoch, members, lapsed, newcomers, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
 // (count, window ms) per limit. Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
@@ -164,18 +195,20 @@ if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
 local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
-local cd = redis.call('PTTL', KEYS[5])
+local cd = redis.call('PTTL', KEYS[6])
 local out = {0, now}
-for i = 6, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 3]), tonumber(ARGV[i - 2])
-  local room = count - arrivalsHold(count, window, floor)
-  if size > present then room = room - (size - present) * math.floor(count / size) end
+for i = 7, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
+  local held, ends = heldBack(count, window, floor, size, present)
+  local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).
   local leaving = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', math.max(0, used - room), 1)
   local ms = 0
   if leaving[2] then ms = tonumber(leaving[2]) + window - now end
-  local gate = gateLeft(KEYS[i + 1])
+  -- No room, and no send of the window whose exit would make some: the hold's end, or a window.
+  if ms == 0 and room <= used then ms = ends > 0 and ends or window end
+  local gate = math.max(gateLeft(KEYS[i + 1]), lostLeft(KEYS[i], window))
   if gate > 0 or cd > 0 then
     out[#out + 1] = 0
     out[#out + 1] = math.max(gate, cd, ms)
@@ -187,9 +220,12 @@ end
 return out
 `
 
-// KEYS: the logs of a rule's limits. ARGV: the send id. A send that never reached the upstream.
-export const REFUND = `
-for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+// KEYS: epoch, members, lapsed, released, tally, then the logs of a rule's limits. ARGV: the
+// send id. A send that never reached the upstream.
+export const REFUND = CLOCK + `
+for i = 6, #KEYS do
+  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then noteLatest(KEYS[i]) end
+end
 return 0
 `
 

@@ -231,9 +231,10 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#finish()
     this.#giveBack()
     if (was === 'expired') return
-    // Others wait for this answer: they are told it failed, whatever became of this caller.
+    // Others wait for this answer: they are told it failed, whatever became of this caller,
+    // once it was sent. Dropped unsent, it was given back (`unsent`): they go on without it.
     if (this.#callerLeft) {
-      if (this.#outlives) this.#hooks.failed(err)
+      if (this.#outlives && this.#controller !== undefined) this.#hooks.failed(err)
       return
     }
     if (this.#res.headersSent) {

@@ -67,21 +67,21 @@ t.test('the sidecars\' user: budgets and cool-downs work, nothing else does', as
   t.ok(await store.ping(), 'PING')
   await store.readClock()
   const limit = { count: 1, windowMs: 60_000, text: '1/1m' }
-  const member = { id: 'acl-test', presenceTtlMs: 3_000, fleetFloor: 1, epoch: '', fresh: true }
+  const member = { id: 'acl-test', presenceTtlMs: 3_000, fleetFloor: 1, epoch: '' }
   const joined = await store.reassert(member, [{ scope: 'GET /catalog', limit, sends: [] }], 'epoch')
-  t.match(joined, { late: false, lost: false, present: 1 }, 'registered (TIME, GET, SET, ZADD, ZREMRANGEBYSCORE, ZCARD, PTTL, PEXPIRE)')
+  t.match(joined, { late: false, lost: false, present: 1 }, 'registered (TIME, GET, SET, ZADD, ZREMRANGEBYSCORE, ZCARD, ZREM, DEL)')
   member.epoch = joined.epoch
-  t.match(await store.take(member, 'GET /catalog', [limit], 'send-1'), { code: 'ok' }, 'a budget taken (EVALSHA/EVAL, sorted sets)')
-  t.match(await store.take(member, 'GET /catalog', [limit], 'send-2'), { code: 'budget' }, 'then spent (ZRANGE)')
+  t.match(await store.take(member, 'GET /catalog', [limit], 'send-1'), { code: 'ok' }, 'a budget taken (EVALSHA/EVAL, sorted sets, the latest send: HSET)')
+  t.match(await store.take(member, 'GET /catalog', [limit], 'send-2'), { code: 'budget' }, 'then spent (ZRANGE, HGET, EXISTS, MGET)')
   await store.refund('GET /catalog', [limit], 'send-1')
-  t.match(await store.take(member, 'GET /catalog', [limit], 'send-3'), { code: 'ok' }, 'a refund given back (ZREM)')
+  t.match(await store.take(member, 'GET /catalog', [limit], 'send-3'), { code: 'ok' }, 'a refund given back (ZREM, HDEL)')
   t.match(await store.heartbeat(member, ['GET /catalog']), { code: 'ok' }, 'a heartbeat')
-  // A sidecar that lapses, and a new one that takes its place (ZSCORE, ZPOPMIN), then leaves.
-  const brief = { id: 'acl-brief', presenceTtlMs: 20, fleetFloor: 1, epoch: member.epoch, fresh: false }
+  // A sidecar that lapses and is released when the fleet is whole again; one that leaves.
+  const brief = { id: 'acl-brief', presenceTtlMs: 20, fleetFloor: 2, epoch: member.epoch }
   t.match(await store.heartbeat(brief, []), { code: 'ok' }, 'a brief presence')
   await setTimeout(60)
-  const arriving = { id: 'acl-new', presenceTtlMs: 3_000, fleetFloor: 1, epoch: member.epoch, fresh: true }
-  t.match(await store.reassert(arriving, [{ scope: 'GET /catalog', limit, sends: [] }], 'epoch'), { late: false, present: 2 }, 'a newcomer in a lapsed sidecar\'s place')
+  const arriving = { id: 'acl-new', presenceTtlMs: 3_000, fleetFloor: 2, epoch: member.epoch }
+  t.match(await store.reassert(arriving, [{ scope: 'GET /catalog', limit, sends: [] }], 'epoch'), { late: false, present: 2 }, 'the fleet whole again: the lapsed one released')
   await store.leave(arriving)
   t.ok(await store.coolDown('GET /catalog', { retryAfterMs: undefined, baseMs: 1_000, maxMs: 60_000 }) > 0, 'a cool-down set (SET PX)')
 

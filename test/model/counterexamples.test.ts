@@ -61,6 +61,37 @@ for (const how of ['restart', 'replace'] as const) {
   })
 }
 
+t.test('case-3: a rollout of another sidecar while one is cut off does not free the cut-off one\'s share', async (t) => {
+  // From an outside review: sidecar 1's new pod took the place of sidecar 0 (cut off); sidecar
+  // 0's own replacement then held nothing back: 4 at TI within 3.9 s under 3/4s.
+  await holds(t, 'case-3-replace', 3, [
+    { op: 'partition', s: 0, how: 'cut' },
+    { op: 'wait', ms: 1500 },
+    { op: 'replace', s: 1 },
+    { op: 'wait', ms: 4000 },
+    { op: 'burst', path: 'orders', callers: together(2, () => 0) },
+    { op: 'replace', s: 0 },
+    { op: 'heal' },
+    { op: 'settle' },
+    { op: 'burst', path: 'orders', callers: together(4, (i) => 1 + (i % 2)) }
+  ])
+})
+
+t.test('case-3: a fleet of one replaced right after it was cut off does not spend its budget twice', async (t) => {
+  // From an outside review: a fleet of one spends its whole budget alone at once when cut off;
+  // its replacement, arriving within a window of the lapse, held nothing back: 6 under 3/4s.
+  await holds(t, 'case-3-replace', 1, [
+    { op: 'wait', ms: 4500 },
+    { op: 'partition', s: 0, how: 'cut' },
+    { op: 'wait', ms: 300 },
+    { op: 'burst', path: 'orders', callers: together(3, () => 0) },
+    { op: 'replace', s: 0 },
+    { op: 'heal' },
+    { op: 'settle' },
+    { op: 'burst', path: 'orders', callers: together(3, () => 0) }
+  ])
+})
+
 t.test('case-4: the token lapsed with the OAuth API down; the stored catalog is served anyway', async (t) => {
   await holds(t, 'case-4', 2, [
     { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },

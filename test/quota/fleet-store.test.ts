@@ -101,13 +101,19 @@ t.test('cut off with no fleet size known: budgeted requests are refused, unbudge
   t.match(await store.take('upstream', []), { kind: 'ok', id: '' })
 })
 
-t.test('cut off from the start with RATE_LIMIT_FLEET_SIZE: the share one window after start (an earlier run of this sidecar may still be present, and have spent)', async (t) => {
-  const { c, take } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, up: false })
+t.test('cut off from the start with RATE_LIMIT_FLEET_SIZE: nothing alone until Redis has counted it present (no one would hold back what it spent); then its share, one window after that', async (t) => {
+  const { c, double, take } = await setup(t, 'GET /a 4/1s', { fleetFloor: 2, up: false })
   t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs })
-  await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000 - 1)
-  t.match(await take(), { kind: 'degraded', ms: 1 })
-  await c.tick(1)
-  t.match(await take(), { kind: 'ok' })
+  await c.tick(60_000)
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'a minute later: still nothing')
+  double.state.up = true
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(0)
+  t.match(await take(), { kind: 'ok' }, 'counted present, shared')
+  double.state.up = false
+  t.match(await take(), { kind: 'degraded' }, 'cut off again: a failed take')
+  await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000)
+  t.match(await take(), { kind: 'ok' }, 'its share, one window after Redis could last count it present')
   t.match(await take(), { kind: 'ok' })
   t.match(await take(), { kind: 'degraded' }, 'floor(4 / 2) = 2 per window, no more')
 })
@@ -171,10 +177,14 @@ t.test('a share of 0 (the catalog across two sidecars) is refused while degraded
   t.match(await one.take(), { kind: 'ok' })
 })
 
-t.test('a declared fleet of one restarted while Redis is away spends nothing for one window (its earlier run may have)', async (t) => {
-  const { c, take } = await setup(t, 'GET /catalog 1/1m', { fleetFloor: 1, fleetSize: 1, up: false })
-  t.match(await take(), { kind: 'degraded', ms: 60_000 })
-  await c.tick(60_000)
+t.test('a declared fleet of one restarted while Redis is away spends nothing until Redis counts it present (its earlier run may have spent)', async (t) => {
+  const { c, double, take } = await setup(t, 'GET /catalog 1/1m', { fleetFloor: 1, fleetSize: 1, up: false })
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs })
+  await c.tick(120_000)
+  t.match(await take(), { kind: 'degraded', ms: TIMING.heartbeatMs }, 'two windows later: still nothing')
+  double.state.up = true
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(0)
   t.match(await take(), { kind: 'ok' })
 })
 

@@ -22,7 +22,7 @@ t.test('PEEK reads what a take would find, and takes nothing', async (t) => {
   const store = createRedisStore({ url: server.url, timeoutMs: 2_000, prefix: 'peek:', clock })
   t.teardown(() => store.close())
   t.ok(await store.connect())
-  const member: Member = { id: 'm1', presenceTtlMs: 60_000, fleetFloor: 0, epoch: '', fresh: false }
+  const member: Member = { id: 'm1', presenceTtlMs: 60_000, fleetFloor: 0, epoch: '' }
   t.equal(await store.peek('', 0, SCOPE, [limit(3, HOUR_MS)]), undefined, 'no epoch yet: nothing to read')
   member.epoch = (await store.reassert(member, [], 'e1')).epoch
   const limits = [limit(3, HOUR_MS), limit(10, 300)]

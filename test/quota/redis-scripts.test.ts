@@ -26,7 +26,7 @@ async function backend (t: Test, server: FaultyRedis, { prefix = 'test:', timeou
   const store = createRedisStore({ url: server.url, timeoutMs, prefix, clock })
   t.teardown(() => store.close())
   t.ok(await store.connect(), 'connected')
-  const member: Member = { id: `m-${prefix}${Math.random()}`, presenceTtlMs: 60_000, fleetFloor: 0, epoch: '', fresh: false }
+  const member: Member = { id: `m-${prefix}${Math.random()}`, presenceTtlMs: 60_000, fleetFloor: 0, epoch: '' }
   /** Tells Redis this member (no sends) and learns the epoch: a take needs it. */
   const join = async (): Promise<void> => {
     const reply = await store.reassert(member, [], `e${Math.random()}`)

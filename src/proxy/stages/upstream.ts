@@ -64,8 +64,13 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         reply.hijack()
         sendHeld(reply.raw, answer)
       },
-      // Nothing of the request reached the upstream: its budget point goes back.
-      unsent: () => { quota.refund(ticket); idempotency?.unsent(request.claim) },
+      // Nothing of the request reached the upstream: its budget point goes back. Its caller
+      // gone, it is abandoned: those waiting for its fetch go on (one leads the next).
+      unsent: () => {
+        quota.refund(ticket)
+        if (callerGone(request)) path.abandon(request)
+        else idempotency?.unsent(request.claim)
+      },
       failed: (err) => {
         idempotency?.failed(request.claim)
         if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
