@@ -14,12 +14,12 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 // What a sidecar may have spent alone, out of Redis's sight, is held back (`heldBack`). Only
 // a sidecar that was present spends alone (from one window after its presence lapsed), so
 // Redis knows each one: it is remembered as lapsed (KEYS[3]) until it comes back and tells
-// its sends. While fewer than RATE_LIMIT_FLEET_SIZE are present, each lapsed sidecar, alive or
-// not, keeps its share held (as does each absent one). Once that many are present again, the
-// lapsed ones have stopped (at most that many run at once: the guarantee's first assumption),
-// but what they sent may still be in the window: each is then released (KEYS[4]) and its share
-// held one more window from that moment. The share held is that of RATE_LIMIT_FLEET_SIZE, the
-// most a sidecar could spend alone.
+// its sends, and its share stays held (as does each absent one's). At most RATE_LIMIT_FLEET_SIZE
+// run at once (the guarantee's first assumption), so of the lapsed ones all but
+// RATE_LIMIT_FLEET_SIZE − present have stopped; but what they sent may still be in the window:
+// that many, the oldest, are released (KEYS[4]) and each one's share held one more window from
+// that moment. The share held is that of RATE_LIMIT_FLEET_SIZE, the most a sidecar could spend
+// alone.
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,23 +42,23 @@ local function lostLog (log, gate, window)
   if left > 0 and gateLeft(gate) < left then redis.call('SET', gate, now + left) end
   return left
 end
--- After sends were added to or taken from a log: the tally keeps its latest, or forgets it.
-local function noteLatest (log)
-  local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-  if top[2] then redis.call('HSET', KEYS[5], log, top[2]) else redis.call('HDEL', KEYS[5], log) end
+-- Sends added to a log (a take, sends told again): the tally keeps the latest of them.
+local function noteLatest (log, at)
+  local known = tonumber(redis.call('HGET', KEYS[5], log))
+  if known == nil or at > known then redis.call('HSET', KEYS[5], log, at) end
 end
--- What a limit holds back for sidecars out of Redis's sight, and the ms until the released
--- ones' part of it ends (0: none; the rest lasts until they come back or are released).
-local function heldBack (count, window, floor, size, present)
+-- What a limit holds back for sidecars out of Redis's sight, given 'lapsed' of them that may
+-- still run and 'releasing' released this moment (PEEK's view of what presence() would do);
+-- and the ms until the first released one's part ends (0: none is released).
+local function heldBack (count, window, floor, size, present, lapsed, releasing)
   local absent = 0
   if size > present then absent = (size - present) * math.floor(count / size) end
   if floor <= 0 then return absent, 0 end
   local share = math.floor(count / floor)
-  local lapsed = redis.call('ZCARD', KEYS[3])
   local released = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
   local ends = 0
-  if released[2] then ends = tonumber(released[2]) + window - now end
-  return math.max(absent, lapsed * share) + (#released / 2) * share, ends
+  if released[2] then ends = tonumber(released[2]) + window - now elseif releasing > 0 then ends = window end
+  return math.max(absent, lapsed * share) + (#released / 2 + releasing) * share, ends
 end
 `
 
@@ -81,10 +81,11 @@ local function presence (member, ttl, floor)
   redis.call('ZREM', released, member)
   redis.call('ZADD', members, now + ttl, member)
   local present = redis.call('ZCARD', members)
-  if floor > 0 and present >= floor then
-    local stopped = redis.call('ZRANGE', lapsed, 0, -1)
-    for i = 1, #stopped do redis.call('ZADD', released, now, stopped[i]) end
-    redis.call('DEL', lapsed)
+  local stopped = redis.call('ZCARD', lapsed) - math.max(0, floor - present)
+  if floor > 0 and stopped > 0 then
+    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
+    for i = 1, #gone do redis.call('ZADD', released, now, gone[i]) end
+    redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
   end
   return present, math.max(present, floor)
 end
@@ -106,13 +107,14 @@ local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor)
 local cd = redis.call('PTTL', KEYS[6])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
+local lapsed = redis.call('ZCARD', KEYS[3])
 for i = 7, #KEYS, 2 do
   local count, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
   if g > gated then gated = g end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
-  local held, ends = heldBack(count, window, floor, size, present)
+  local held, ends = heldBack(count, window, floor, size, present, lapsed, 0)
   local room = count - held
   if used + 1 > room then
     local w = window
@@ -129,7 +131,7 @@ if gated > 0 then return {4, gated, size, present, now} end
 if wait > 0 then return {2, wait, size, present, now} end
 for i = 7, #KEYS, 2 do
   redis.call('ZADD', KEYS[i], now, ARGV[6])
-  redis.call('HSET', KEYS[5], KEYS[i], now)
+  noteLatest(KEYS[i], now)
 end
 return {0, 0, size, present, now}
 `
@@ -161,11 +163,14 @@ local a = 7
 for i = 6, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
+  -- A log lost before it is told again would look whole with this sidecar's sends alone.
+  lostLog(KEYS[i], KEYS[i + 1], window)
   for j = 1, n do
-    redis.call('ZADD', KEYS[i], 'GT', now - tonumber(ARGV[a + 1]), ARGV[a])
+    local at = now - tonumber(ARGV[a + 1])
+    redis.call('ZADD', KEYS[i], 'GT', at, ARGV[a])
+    noteLatest(KEYS[i], at)
     a = a + 2
   end
-  if n > 0 then noteLatest(KEYS[i]) end
   if lost == 1 and gateLeft(KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], now + window) end
 end
 return {0, lost, size, present, now, epoch}
@@ -195,11 +200,15 @@ if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
 local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
+-- As the next presence() would count them: members expired meanwhile are lapsed, the surplus released.
+local lapsed = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[2], '-inf', now)
+local releasing = 0
+if floor > 0 then releasing = math.max(0, lapsed - math.max(0, floor - present)) end
 local cd = redis.call('PTTL', KEYS[6])
 local out = {0, now}
 for i = 7, #KEYS, 2 do
   local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
-  local held, ends = heldBack(count, window, floor, size, present)
+  local held, ends = heldBack(count, window, floor, size, present, lapsed - releasing, releasing)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).
@@ -223,8 +232,10 @@ return out
 // KEYS: epoch, members, lapsed, released, tally, then the logs of a rule's limits. ARGV: the
 // send id. A send that never reached the upstream.
 export const REFUND = CLOCK + `
+-- The tally forgets the log's latest (an earlier version's bare ZREM must not look like a loss);
+-- the next take notes it again.
 for i = 6, #KEYS do
-  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then noteLatest(KEYS[i]) end
+  if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then redis.call('HDEL', KEYS[5], KEYS[i]) end
 end
 return 0
 `

@@ -174,3 +174,33 @@ t.test('released sidecars are forgotten after GHOST_KEEP_MS', async (t) => {
   await f.store.heartbeat(b, [])
   t.same(await f.released(), [])
 })
+
+t.test('sidecars lost while fewer than declared run (the chart declares replicas + surge): the surplus is released, a window later the fleet has its room back', async (t) => {
+  // Declared 3, two running, three lost pods (cut off, stopped, never back): at most one of
+  // them can still run; two are released, held a window; one stays lapsed, as the one absent
+  // slot already holds. An outside review had the fleet refusing everything, for good.
+  const f = await fleet(t, 3)
+  const b = f.member('b')
+  await f.join(b)
+  await f.join(f.member('c'))
+  for (const x of ['x', 'y', 'z']) await lapse(f, x)
+  await f.store.heartbeat(b, [])
+  t.equal((await f.lapsed()).length, 1, 'one may still run')
+  t.equal((await f.released()).length, 2, 'two have stopped')
+  const short = [limit(6, 300)]
+  await eventually(t, 'the released ones\' hold ends a window later', async () => (await f.store.peek(b.epoch, 3, 'GET /s', short) ?? [])[0]?.left === 4)
+  t.equal(await f.admitted(b, 'GET /s', short, 6), 4, 'the absent slot\'s share (2 of 6) held, no more')
+})
+
+t.test('the RateLimit fields count members expired since the last presence as lapsed, as the next take does', async (t) => {
+  const f = await fleet(t, 4)
+  const b = f.member('b')
+  await f.join(b)
+  for (const x of ['x', 'y', 'z']) await lapse(f, x)
+  await f.store.heartbeat(b, [])
+  await f.join(f.member('w', 30))
+  await sleep(100)
+  const hourly = [limit(8, HOUR_MS)]
+  const [peeked] = await f.store.peek(b.epoch, 4, 'GET /h', hourly) ?? []
+  t.equal(await f.admitted(b, 'GET /h', hourly, 8), peeked?.left, `the fields said ${peeked?.left ?? '?'}; the takes admit as many`)
+})
