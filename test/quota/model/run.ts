@@ -232,7 +232,10 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     for (let s = 0; s < size; s++) {
       await poll()
       const why = notHealthy(item)
-      if (why !== undefined && views.some((v) => v?.degraded === true) && lateRecently()) {
+      // A presence that lapsed (fewer present than the fleet) is the same stall seen from the
+      // others: a sidecar starved past the presence TTL missed its heartbeats.
+      const stalled = views.some((v) => v?.degraded === true || (v?.fleet !== undefined && v.fleet.present < size))
+      if (why !== undefined && stalled && lateRecently()) {
         log(`recovery not judged: ${why}; the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
         report.recoveryLate = true
         return
