@@ -74,7 +74,7 @@ export function createConversation (options: ConversationOptions) {
       try {
         await redis.readClock()
         extendPresenceBound()
-        const reply = await redis.reassert(member, reassertion(options.rules, options.ledger), newMemberId())
+        const reply = await redis.reassert(member, reassertion(options.rules, options.ledger), newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
         if (reply.lost) {
           log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')

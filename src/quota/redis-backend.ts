@@ -135,9 +135,10 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       calibrate(Number(reply[4]))
       return { code: TAKE_CODES[Number(reply[0])] ?? 'late', ms: Number(reply[1]), fleetSize: Number(reply[2]), present: Number(reply[3]) }
     },
-    async reassert (member: Member, limits: readonly ReassertLimit[], newEpoch: string): Promise<ReassertReply> {
+    /** `newRun`: this process's first contact (a restart keeping its member id is a new run). */
+    async reassert (member: Member, limits: readonly ReassertLimit[], newEpoch: string, newRun = false): Promise<ReassertReply> {
       const keys = [...fleetKeys, ...limits.flatMap((l) => [logKey(l.scope, l.limit), gateKey(l.scope, l.limit)])]
-      const args = [...memberArgs(member), newEpoch,
+      const args = [...memberArgs(member), newEpoch, newRun ? 1 : 0,
         ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])])]
       const reply = await client.sapReassert(keys.length, ...keys, ...args)
       const now = Number(reply[4])

@@ -70,22 +70,36 @@ end
 // above; a released one is forgotten after GHOST_KEEP_MS (longer than any window).
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
-local function presence (member, ttl, floor)
+local function presence (member, ttl, floor, deadline, newRun)
   local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
   local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now, 'WITHSCORES')
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
-  -- Back under its own id, it tells its sends (REASSERT) or never spent alone (shared).
-  redis.call('ZREM', lapsed, member)
-  redis.call('ZREM', released, member)
+  -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
+  -- (shared): forgotten. A new run (a restart keeping its id) cannot vouch for what its lapse
+  -- entry stood for (entries are counted, not named): that entry is released instead.
+  local restarted = false
+  if newRun == 1 then
+    restarted = redis.call('ZREM', lapsed, member) == 1
+  else
+    redis.call('ZREM', lapsed, member)
+    redis.call('ZREM', released, member)
+  end
   redis.call('ZADD', members, now + ttl, member)
   local present = redis.call('ZCARD', members)
   local stopped = redis.call('ZCARD', lapsed) - math.max(0, floor - present)
-  if floor > 0 and stopped > 0 then
-    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
-    for i = 1, #gone do redis.call('ZADD', released, now, gone[i]) end
-    redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
+  if floor > 0 and (stopped > 0 or restarted) then
+    -- A member counted present may be a process that died without leaving, until its entry
+    -- expires (and a script may still be on its way): a release's window counts from then.
+    local last = tonumber(redis.call('ZRANGE', members, -1, -1, 'WITHSCORES')[2]) or now
+    local at = math.max(now, last) + math.max(0, deadline - now)
+    if restarted then redis.call('ZADD', released, at, member) end
+    if stopped > 0 then
+      local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
+      for i = 1, #gone do redis.call('ZADD', released, at, gone[i]) end
+      redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
+    end
   end
   return present, math.max(present, floor)
 end
@@ -103,7 +117,7 @@ export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
 local floor = tonumber(ARGV[4])
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor)
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[1]), 0)
 local cd = redis.call('PTTL', KEYS[6])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
@@ -137,8 +151,9 @@ return {0, 0, size, present, now}
 `
 
 // KEYS: epoch, members, lapsed, released, tally, then (log, gate) per limit of every rule.
-// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, then per
-// limit: window ms, n, then n × (send id, age ms).
+// ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, a new run
+// of this sidecar (1/0: this process's first contact), then per limit: window ms, n, then
+// n × (send id, age ms).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
 // registers it present, in one step. If the epoch is missing or another than expected, Redis
 // lost its data: every limit is gated for one window (counts in it cannot be trusted), and
@@ -158,8 +173,8 @@ if not epoch then
 elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-local a = 7
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[1]), tonumber(ARGV[7]))
+local a = 8
 for i = 6, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
@@ -183,7 +198,7 @@ return {0, lost, size, present, now, epoch}
 export const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[1]), 0)
 local out = {0, size, present, now}
 for i = 6, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
