@@ -6,10 +6,14 @@
 //       replay, replayed once with a new token, answered 401 again) — every caller a status line;
 //   (d) 3000 slowloris connections (a header line every second, 12 s) — the sidecar alive;
 // then a plain call, answered 200 (the loads: lib/four-loads.ts, which the test
-// test/overload/cgroup-loads.test.ts drives too, shorter). Needs root and a memory cgroup,
-// about 40 s. Run it as root:
+// test/overload/cgroup-loads.test.ts drives too, shorter); then the floods of lib/floods.ts
+// (test/overload/cgroup-floods.test.ts drives them too), /livez polled throughout each:
+//   (e) 12,000 unfinished heads on the admin port;
+//   (f) 2,000 unfinished heads of 930 tiny header lines on the proxy port, and (f') as many
+//       whole requests of 930 fields, each owed 431;
+// then a plain call again. Needs root and a memory cgroup, about 70 s. Run it as root:
 //
-//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--streamed N] [--hog-mib N] [--env NAME=VALUE]...
+//   npm run bench:overload [-- --busy] [--limit-mib 128] [--no-manager] [--no-tunables] [--slowloris N] [--streamed N] [--hog-mib N] [--env NAME=VALUE]... [--floods-only]
 //
 // --busy keeps both cores busy (`node -e 'for(;;);'` twice) while it runs. --no-manager turns
 // the overload manager off (MEMORY_LIMIT_BYTES=0, MAX_IN_FLIGHT_REQUESTS=0, MAX_CONNECTIONS=0);
@@ -17,16 +21,20 @@
 // slowloris connections in (d) instead of 3000; --streamed N adds (e), N concurrent POSTs of
 // 1 MiB each streamed in 64 KiB writes, every caller owed a status line; --hog-mib N holds N MiB
 // of private memory out of live memory's sight from the start (probe/hog.ts); --env NAME=VALUE sets one of the sidecar's
-// settings (repeatable; e.g. MAX_CONNECTIONS=0 for no connection bound). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
+// settings (repeatable; e.g. MAX_CONNECTIONS=0 for no connection bound); --floods-only skips the four loads.
+// Each flood's line adds the sidecar's CPU time and its event loop's longest delay (prom-client's
+// nodejs_eventloop_lag_max_seconds, reset by a scrape before it). Otherwise the sidecar runs as the image runs it: `node` with `npm start`'s flags,
 // GLIBC_TUNABLES as the Dockerfile sets it, the default configuration; the stand-in TI APIs (`node dist/main.js stand-in`)
 // are the token endpoint, and the upstream is this script's own (200, or 401 with 10 KB).
 // Exits 1 when the sidecar died, a caller of (b) or (c) got no status line, (a) had a
-// non-2xx answer or a socket error, or the plain call was not answered 200.
+// non-2xx answer or a socket error, a /livez poll was not 200 within 1 s, a flood's connection
+// hung, (f') was not 431 throughout, or a plain call was not answered 200.
 import { execFileSync } from 'node:child_process'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { driveFourLoads, failures, FULL_LOADS, imageGlibcTunables, inCgroup, sidecarEnv, startLoadUpstream, type LoadOutcome } from './lib/four-loads.js'
+import { driveFloods, FLOOD_BOUNDS, floodFailures, FULL_FLOODS, type FloodOutcome } from './lib/floods.js'
 import { createMemoryCgroup, watchPeak } from './lib/memory-cgroup.js'
 import { MIB, REPO } from './lib/options.js'
 import { freePort, httpOk, killChildrenOnExit, launch, runToEnd, sleep, stop, waitFor } from './lib/processes.js'
@@ -38,6 +46,26 @@ interface LoadResult extends LoadOutcome {
   /** The highest usage sampled (every 20 ms), when memory.stat was read. */
   sampledPeakMiB: number
   statAtPeak: Record<string, number>
+}
+
+/** The process's CPU time so far, ms (utime + stime of /proc/PID/stat, at 100 ticks a second). */
+function cpuMs (pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return NaN
+  }
+}
+
+/** prom-client's longest event-loop delay since the last scrape, ms (the scrape resets it). */
+async function eventLoopLagMaxMs (adminPort: number): Promise<number> {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text()
+    return Math.round(Number(/^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text)?.[1] ?? NaN) * 1000)
+  } catch {
+    return NaN
+  }
 }
 
 function dmesgOom (): string {
@@ -95,7 +123,8 @@ async function main (): Promise<void> {
       slowloris: { type: 'string', default: String(FULL_LOADS.slowloris) },
       streamed: { type: 'string', default: '0' },
       'hog-mib': { type: 'string', default: '0' },
-      env: { type: 'string', multiple: true }
+      env: { type: 'string', multiple: true },
+      'floods-only': { type: 'boolean', default: false }
     }
   })
   killChildrenOnExit()
@@ -117,6 +146,9 @@ async function main (): Promise<void> {
   const alive = (): boolean => sidecar.child.exitCode === null && sidecar.child.signalCode === null
   const results: LoadResult[] = []
   let plain = 'not made'
+  let plainAfterFloods = 'not made'
+  let fourLoads = 0
+  let floods: FloodOutcome[] = []
   let shed = ''
   let deathNote = ''
   try {
@@ -126,25 +158,46 @@ async function main (): Promise<void> {
     const variant = Object.entries(variantEnv(values)).map(([k, v]) => `${k}=${v ?? ''}`).join(' ') || 'glibc defaults'
     process.stderr.write(`cgroup v${cgroup.version} ${cgroup.dir}, limit ${values['limit-mib']} MiB; ${variant}; sidecar ready, cgroup usage ${idleMiB} MiB; logs in ${runDir}\n`)
 
-    const driven = await driveFourLoads({
+    const measure = async <T extends LoadOutcome>(load: string, run: () => Promise<T>): Promise<T> => {
+      cgroup.resetPeak()
+      const watch = watchPeak(cgroup)
+      const r = await run()
+      const { peakSampled, statAtPeak } = watch.stop()
+      let peak = peakSampled
+      try { peak = Math.max(peak, cgroup.peakBytes()) } catch {}
+      const result = { ...r, alive: alive(), peakMiB: mibOf(peak), sampledPeakMiB: mibOf(peakSampled), statAtPeak }
+      results.push(result)
+      process.stderr.write(`${load}: ${JSON.stringify({ ...result, statAtPeak: statSummary(statAtPeak, peakSampled) })}\n`)
+      return r
+    }
+    if (!values['floods-only']) {
+      const driven = await driveFourLoads({
+        port,
+        upstream,
+        sizes: { ...FULL_LOADS, slowloris: Number(values.slowloris), streamed: Number(values.streamed) },
+        runWrk: async (wrkArgs) => await runToEnd('wrk', 'wrk', wrkArgs, logDir, 30_000),
+        measure
+      })
+      plain = driven.plain
+      fourLoads = results.length
+    }
+    const flooded = await driveFloods({
       port,
+      adminPort,
       upstream,
-      sizes: { ...FULL_LOADS, slowloris: Number(values.slowloris), streamed: Number(values.streamed) },
-      runWrk: async (wrkArgs) => await runToEnd('wrk', 'wrk', wrkArgs, logDir, 30_000),
-      measure: async (load, run) => {
-        cgroup.resetPeak()
-        const watch = watchPeak(cgroup)
+      sizes: FULL_FLOODS,
+      ...FLOOD_BOUNDS,
+      measure: async (load, run) => await measure(load, async () => {
+        await eventLoopLagMaxMs(adminPort)
+        const cpuBefore = cpuMs(sidecar.pid)
         const r = await run()
-        const { peakSampled, statAtPeak } = watch.stop()
-        let peak = peakSampled
-        try { peak = Math.max(peak, cgroup.peakBytes()) } catch {}
-        const result = { ...r, alive: alive(), peakMiB: mibOf(peak), sampledPeakMiB: mibOf(peakSampled), statAtPeak }
-        results.push(result)
-        process.stderr.write(`${load}: ${JSON.stringify({ ...result, statAtPeak: statSummary(statAtPeak, peakSampled) })}\n`)
-        return r
-      }
+        const cpu = cpuMs(sidecar.pid) - cpuBefore
+        return { ...r, note: `${r.note}; sidecar CPU ${cpu} ms, event loop delayed up to ${await eventLoopLagMaxMs(adminPort)} ms` }
+      }),
+      progress: (load) => { process.stderr.write(`${load}...\n`) }
     })
-    plain = driven.plain
+    floods = flooded.outcomes
+    plainAfterFloods = flooded.plain
     try {
       const metrics = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text()
       shed = metrics.split('\n').filter((line) => line.startsWith('store_auth_proxy_overload_shed_total')).join('; ')
@@ -160,11 +213,15 @@ async function main (): Promise<void> {
     upstream.close()
   }
 
-  const out = table(results, plain)
+  const out = table(results, values['floods-only'] ? `not made (--floods-only); after the floods: ${plainAfterFloods}` : `${plain}; after the floods: ${plainAfterFloods}`)
   const worst = results.reduce((a, b) => (b.peakMiB > a.peakMiB ? b : a))
   process.stdout.write(`${out}\nshed: ${shed || 'n/a'}\nmemory.stat at the highest sampled peak (${worst.sampledPeakMiB} MiB, ${worst.load}): ${statSummary(worst.statAtPeak, worst.sampledPeakMiB * MIB)}\n${deathNote}\n`)
 
-  const failed = failures(results, plain, deathNote === '' && results.every((r) => r.alive))
+  const lived = deathNote === '' && results.every((r) => r.alive)
+  const failed = [
+    ...(values['floods-only'] ? [] : failures(results.slice(0, fourLoads), plain, lived)),
+    ...floodFailures(floods, plainAfterFloods, lived)
+  ]
   process.stdout.write(failed.length === 0 ? 'PASS\n' : `FAIL: ${failed.join('; ')}\n`)
   process.exit(failed.length === 0 ? 0 : 1)
 }

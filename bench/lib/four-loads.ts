@@ -85,15 +85,27 @@ export interface LoadUpstream {
   port: Promise<number>
   /** From here on, every call is answered 401 with a 10 KB body (or 200 again). */
   deny: (on: boolean) => void
+  /** From here on, every call is held unanswered (or, off, those held are reset and calls answered again). */
+  hold: (on: boolean) => void
+  /** Calls held since the upstream started. */
+  held: () => number
   close: () => void
 }
 
-/** The upstream: reads each body, then answers 200 with a small JSON, or 401 with 10 KB. */
+/** The upstream: reads each body, then answers 200 with a small JSON, or 401 with 10 KB, or holds it. */
 export function startLoadUpstream (): LoadUpstream {
   let denying = false
+  let holding = false
+  const holds: ServerResponse[] = []
+  let heldCalls = 0
   const denied = JSON.stringify({ error: 'InvalidApiKeyForGivenResource', detail: 'x'.repeat(DENIED_BODY_BYTES) })
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume()
+    if (holding) {
+      heldCalls += 1
+      holds.push(res)
+      return
+    }
     req.on('end', () => {
       if (denying) {
         res.writeHead(401, { 'content-type': 'application/json' }).end(denied)
@@ -106,7 +118,16 @@ export function startLoadUpstream (): LoadUpstream {
   const port = new Promise<number>((resolve) => {
     server.listen(0, '127.0.0.1', () => { resolve((server.address() as { port: number }).port) })
   })
-  return { port, deny: (on) => { denying = on }, close: () => { server.closeAllConnections(); server.close() } }
+  return {
+    port,
+    deny: (on) => { denying = on },
+    hold: (on) => {
+      holding = on
+      if (!on) for (const res of holds.splice(0)) res.destroy()
+    },
+    held: () => heldCalls,
+    close: () => { server.closeAllConnections(); server.close() }
+  }
 }
 
 export interface LoadOutcome {

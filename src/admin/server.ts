@@ -1,8 +1,9 @@
 // The admin listener: /livez, /readyz, /status, /metrics for the kubelet, Prometheus and
 // operators. It listens on the pod network without credentials, so it is bounded on its own:
 // a few connections, short timeouts, small heads. A flood on it is answered and closed without
-// touching the proxy port's bounds, and the proxy port shedding never reaches it (a kubelet
-// that cannot reach /livez restarts a healthy pod).
+// touching the proxy port's bounds, and neither that flood nor the proxy port shedding fails a
+// probe (a kubelet that cannot reach /livez restarts a healthy pod): beyond the bound, a
+// connection whose first read is a whole head is still served, then closed.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { HeadersTooLargeError, RequestTimeoutError, BadRequestError, sendError } from '../http/errors.js'
@@ -24,6 +25,8 @@ export const ADMIN_CONNECTIONS_CHECK_MS = 1_000
 export const ADMIN_MAX_HEADER_BYTES = 8 * 1024
 /** Header fields an admin request may carry; Node drops those beyond (nothing here reads them). */
 export const ADMIN_MAX_HEADER_COUNT = 64
+/** A connection beyond ADMIN_MAX_CONNECTIONS that sends nothing this long gets its 503 (connection-gate.ts WholeHeadLane). */
+export const ADMIN_FIRST_READ_MS = 1_000
 
 export interface AdminServerOptions {
   log: Logger
@@ -63,10 +66,11 @@ export async function createAdminServer ({ log, metrics, maxConnections, routes 
   const shed = metrics.overloadShed.labels('admin_connections')
   shed.inc(0)
   const count = boundedCount(maxConnections, () => { shed.inc() }, (shedding) => {
-    if (shedding) adminLog.warn({ maxConnections }, 'admin listener at ADMIN_MAX_CONNECTIONS: new connections get 503 OVERLOADED and are closed')
+    if (shedding) adminLog.warn({ maxConnections }, 'admin listener at ADMIN_MAX_CONNECTIONS: new connections without a whole head in their first read get 503 OVERLOADED and are closed')
     else adminLog.info({ maxConnections }, 'admin listener below ADMIN_MAX_CONNECTIONS again')
   })
-  gateConnections(admin.server, count, metrics)
+  // A probe beyond the bound is still answered: a flood of unfinished heads holding every slot must not fail the kubelet's probes.
+  gateConnections(admin.server, count, metrics, { max: maxConnections, firstReadMs: ADMIN_FIRST_READ_MS })
   await admin.register(adminRoutes, routes)
   return admin
 }

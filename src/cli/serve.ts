@@ -6,7 +6,7 @@ import type { Logger } from 'pino'
 import type { App } from '../app.js'
 import type { Config } from '../config/load.js'
 import type { Env } from '../config/parse-env.js'
-import { proxyBacklog } from '../overload/manager.js'
+import { ADMIN_BACKLOG, proxyBacklog } from '../overload/manager.js'
 import { redisDisplayUrl } from '../config/rate-limits.js'
 import { buildInfo } from '../config/build-info.js'
 import { cachedWaitWarnings, plainHttpWarnings } from '../config/warnings.js'
@@ -42,7 +42,7 @@ export async function serve (config: Config, log: Logger): Promise<App> {
   const { buildApp } = await import('../app.js')
   const app = await buildApp(config, { log, version: buildInfo().version })
   void app.start()
-  await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort)
+  await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort, ADMIN_BACKLOG)
   await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port, proxyBacklog(config.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
   for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) log.warn(warning)

@@ -46,7 +46,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   MEMORY_LIMIT_BYTES: 'shed new requests (503) before this; unset: the cgroup\'s limit; 0: none',
   MAX_IN_FLIGHT_REQUESTS: 'requests handled at once; more get 503; 0: no cap',
   MAX_CONNECTIONS: 'connections open on the proxy port; more get 503 and are closed; 0: no bound',
-  ADMIN_MAX_CONNECTIONS: 'connections open on the admin port; more get 503 and are closed',
+  ADMIN_MAX_CONNECTIONS: 'connections open on the admin port; more get 503 and are closed unless a whole head comes at once',
   ACCESS_LOG: 'one log line per proxied request',
   STATUS_ENDPOINT: 'serve the admin /status; false: 404',
   STATUS_FROM: 'who may read /status: loopback (others get 403) or any',

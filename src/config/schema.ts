@@ -45,9 +45,10 @@ export const DEFAULT_MAX_CONNECTIONS = 2000
  */
 export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 /**
- * Connections open on the admin listener beyond which a new one is answered 503 and closed
- * (src/admin/server.ts): the kubelet and Prometheus hold a few; without a bound, 12,000 idle
- * heads from the pod network OOM-killed the sidecar in a 128 MiB group.
+ * Connections open on the admin listener beyond which a new one is answered 503 and closed,
+ * unless its first read is a whole head (src/admin/server.ts): the kubelet and Prometheus hold
+ * a few; without a bound, 12,000 idle heads from the pod network OOM-killed the sidecar in a
+ * 128 MiB group.
  */
 export const DEFAULT_ADMIN_MAX_CONNECTIONS = 64
 /**

@@ -172,16 +172,32 @@ export function sendError (
     to.code(status).type('application/json').send(body)
     return
   }
-  const json = JSON.stringify(body)
-  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), connection: 'close' }
-  if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter)
   if (to instanceof http.ServerResponse) {
+    const { headers, json } = closingAnswer(body, retryAfter)
     to.writeHead(status, headers)
     to.end(json)
   } else if (to.writable) {
-    const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
-    to.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`)
+    to.end(rawErrorAnswer(error, retryAfter))
   }
+}
+
+function closingAnswer (body: ErrorBody, retryAfter: number | undefined): { headers: Record<string, string | number>, json: string } {
+  const json = JSON.stringify(body)
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json), connection: 'close' }
+  if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter)
+  return { headers, json }
+}
+
+/**
+ * sendError's answer on a bare socket, whole (status line, headers, JSON body): the
+ * connection gate renders its 503 once with it and writes the same bytes to every excess
+ * connection, with no error object made for each.
+ */
+export function rawErrorAnswer (error: FastifyError, retryAfter?: number): string {
+  const status = error.statusCode ?? 500
+  const { headers, json } = closingAnswer({ error: error.code, message: error.message }, retryAfter)
+  const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  return `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\n${head}\r\n${json}`
 }
 
 // Idempotent routes (src/idempotency/, docs/idempotency.md): the answers of

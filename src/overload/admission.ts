@@ -43,13 +43,18 @@ export const tooManyHeaders = (req: IncomingMessage, maxHeaderCount: number): bo
 
 /**
  * Which limit a head Node's parser refused as too large broke: its field count when the bytes
- * it got so far hold more lines than MAX_HEADER_COUNT, else its size.
+ * it got so far hold more lines than MAX_HEADER_COUNT, else its size. Counted byte by byte and
+ * only as far as the count: a flood of heads of ~930 tiny lines each comes here for every
+ * connection (one Buffer#indexOf a line cost 160 µs a head).
  */
 export function headOverflowError (head: Buffer | undefined, maxHeaderCount: number, maxHeaderBytes: number): FastifyError {
-  let lines = 0
-  for (let at = head?.indexOf('\n') ?? -1; at !== -1; at = head?.indexOf('\n', at + 1) ?? -1) lines += 1
   // The request line is not a field.
-  return lines - 1 > maxHeaderCount ? new HeaderCountError(maxHeaderCount) : new HeadersTooLargeError(maxHeaderBytes)
+  const overCount = maxHeaderCount + 2
+  let lines = 0
+  if (head !== undefined) {
+    for (let i = 0; i < head.length && lines < overCount; i++) if (head[i] === 0x0a) lines += 1
+  }
+  return lines >= overCount ? new HeaderCountError(maxHeaderCount) : new HeadersTooLargeError(maxHeaderBytes)
 }
 
 /** Requests that asked for `100 Continue` (RFC 9110 §10.1.1): it is sent only once they are admitted. */

@@ -19,6 +19,12 @@ export const OVERLOAD_RETRY_AFTER_S = 1
 export const EXCESS_LINGER_MS = 2_000
 /** Node's own listen backlog, kept when connections are not bounded. */
 export const DEFAULT_BACKLOG = 511
+/**
+ * The admin listener's accept queue: Linux's default net.core.somaxconn since 5.4 (the kernel
+ * caps it there). A flood that fills Node's 511 makes the kernel drop new SYNs, a probe's among
+ * them, and a dropped SYN is sent again only after 1 s (docs/overload.md).
+ */
+export const ADMIN_BACKLOG = 4096
 
 /**
  * The proxy listener's accept queue holds as many connections as MAX_CONNECTIONS admits (the

@@ -1,10 +1,12 @@
 // The admin listener is bounded on its own (issue 35, case 1): beyond ADMIN_MAX_CONNECTIONS a new
-// connection gets 503 OVERLOADED and is closed, counted and logged once; its slow heads are cut
-// short; and it answers /livez while the proxy port sheds.
+// connection whose first read is not a whole head gets 503 OVERLOADED and is closed, counted and
+// logged once, while one whose first read is a whole head (a probe, a scrape) is still served and
+// closed after its answer; its slow heads are cut short; and it answers /livez while the proxy
+// port sheds.
 import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { ADMIN_HEADERS_TIMEOUT_MS, ADMIN_MAX_HEADER_BYTES } from '../../src/admin/server.js'
+import { ADMIN_FIRST_READ_MS, ADMIN_HEADERS_TIMEOUT_MS, ADMIN_MAX_HEADER_BYTES } from '../../src/admin/server.js'
 import { loadConfig } from '../../src/config/load.js'
 import { startSidecar } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
@@ -32,25 +34,59 @@ t.test('ADMIN_MAX_CONNECTIONS: default 64, 4 to 10000', async (t) => {
   t.throws(() => loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '10001' }), /ADMIN_MAX_CONNECTIONS: must be at most 10000/)
 })
 
-t.test('beyond ADMIN_MAX_CONNECTIONS: 503 OVERLOADED and closed, counted, logged once; room again when one closes', async (t) => {
+const UNFINISHED = 'GET /livez HTTP/1.1\r\nHost: x\r\n'
+const PROBE = 'GET /livez HTTP/1.1\r\nHost: x\r\n\r\n'
+
+t.test('beyond ADMIN_MAX_CONNECTIONS: an unfinished head gets 503 OVERLOADED and is closed, counted, logged once; room again when one closes', async (t) => {
   const upstream = await startUpstream(t)
   const { adminUrl, proxyUrl, logs } = await startSidecar(t, upstream.url, { ADMIN_MAX_CONNECTIONS: String(BOUND) })
   const held: Socket[] = []
   for (let i = 0; i < BOUND; i++) held.push(await holdHead(t, adminUrl))
-  // Until the listener has counted the held ones, a probe may still be served (and closed).
+  // Until the listener has counted the held ones, an unfinished head may still be admitted (and cut after the header timeout).
   let raw = ''
-  await eventually(t, 'the bound reached', async () => statusOf(raw = await rawRequest(adminUrl, 'GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 5000)) === 503)
+  await eventually(t, 'the bound reached', async () => statusOf(raw = await rawRequest(adminUrl, UNFINISHED, 500)) === 503)
   t.equal(statusOf(raw), 503, 'the excess connection gets a status line')
   t.match(raw, /\r\nconnection: close\r\n/)
+  t.match(raw, /\r\nretry-after: 1\r\n/)
   t.match(raw, /"error":"OVERLOADED"/)
   t.equal((await request(`${proxyUrl}/v2/store/a`)).statusCode, 200, 'the proxy port is not touched')
   t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'connections' }), 0, 'the proxy port\'s bound is its own')
-  held[0]?.destroy()
-  const served = await eventually(t, 'room again', async () => statusOf(await rawRequest(adminUrl, 'GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 5000)) === 200)
-  t.ok(served, 'a closed connection makes room')
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'admin_connections' }) >= 1, true, 'counted')
+  t.ok(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'admin_connections' }) >= 1, 'counted')
   t.equal(logs.lines.filter((l) => l.includes('admin listener at ADMIN_MAX_CONNECTIONS')).length, 1, 'logged once')
-  t.ok(logs.text().includes('below ADMIN_MAX_CONNECTIONS again'), 'and its end')
+  held[0]?.destroy()
+  await eventually(t, 'the end logged', () => logs.text().includes('below ADMIN_MAX_CONNECTIONS again'))
+  const served = await eventually(t, 'room again', async () => statusOf(await rawRequest(adminUrl, UNFINISHED, 500)) === 0)
+  t.ok(served, 'a closed connection makes room: an unfinished head waits for its end again')
+})
+
+t.test('beyond ADMIN_MAX_CONNECTIONS: a whole head in the first read is served, then closed; silence gets 503 after ADMIN_FIRST_READ_MS', async (t) => {
+  const upstream = await startUpstream(t)
+  const { adminUrl } = await startSidecar(t, upstream.url, { ADMIN_MAX_CONNECTIONS: String(BOUND) })
+  for (let i = 0; i < BOUND; i++) await holdHead(t, adminUrl)
+  await eventually(t, 'the bound reached', async () => statusOf(await rawRequest(adminUrl, UNFINISHED, 500)) === 503)
+  const shed = await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'admin_connections' })
+  for (const path of ['/livez', '/readyz', '/metrics']) {
+    // Keep-alive asked: the answer closes the connection all the same (rawRequest returns at the close).
+    const raw = await rawRequest(adminUrl, `GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`, 5000)
+    t.equal(statusOf(raw), 200, `${path}: a probe beyond the bound is answered`)
+    t.match(raw, /\r\nconnection: close\r\n/i, `${path}: and its connection closed`)
+  }
+  // The probes were not shed (metricValue's own scrape is one of them).
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'admin_connections' }), shed, 'no probe counted as shed')
+  const started = Date.now()
+  const silent = await rawRequest(adminUrl, '', ADMIN_FIRST_READ_MS + 5000)
+  t.equal(statusOf(silent), 503, 'a connection that sends nothing gets 503')
+  t.ok(Date.now() - started >= ADMIN_FIRST_READ_MS - 50, `after ADMIN_FIRST_READ_MS (${Date.now() - started} ms)`)
+  // A probe whose head comes in two reads is refused like any unfinished head.
+  const { hostname, port } = new URL(adminUrl)
+  const split = connect(Number(port), hostname)
+  t.teardown(() => { split.destroy() })
+  let answer = ''
+  split.setEncoding('latin1').on('data', (chunk: string) => { answer += chunk })
+  await new Promise((resolve) => split.once('connect', resolve))
+  split.write(PROBE.slice(0, 10))
+  await eventually(t, 'an answer to the split head', () => answer !== '')
+  t.equal(statusOf(answer), 503, 'a head split across reads gets 503')
 })
 
 t.test('the proxy port shedding on connections: /livez, /readyz and /metrics still answered', async (t) => {

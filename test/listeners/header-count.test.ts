@@ -3,7 +3,7 @@
 // the count's place among the batches of 32 in which Node's parser hands fields to JavaScript.
 import fc from 'fast-check'
 import t from 'tap'
-import { headerCost, HEADER_COPIES, HEADER_STRING_OVERHEAD_BYTES } from '../../src/overload/admission.js'
+import { headerCost, headOverflowError, HEADER_COPIES, HEADER_STRING_OVERHEAD_BYTES } from '../../src/overload/admission.js'
 import { loadConfig } from '../../src/config/load.js'
 import { startSidecar } from '../helpers/build.js'
 import { metricValue } from '../helpers/metrics.js'
@@ -19,6 +19,17 @@ t.test('MAX_HEADER_COUNT: default 100, 16 to 2000', async (t) => {
   t.equal(loadConfig(base).maxHeaderCount, 100)
   t.throws(() => loadConfig({ ...base, MAX_HEADER_COUNT: '15' }), /MAX_HEADER_COUNT: must be at least 16/)
   t.throws(() => loadConfig({ ...base, MAX_HEADER_COUNT: '2001' }), /MAX_HEADER_COUNT: must be at most 2000/)
+})
+
+t.test('a head Node refused as too large: 431 for its field count only past MAX_HEADER_COUNT lines, counted as far as that', async (t) => {
+  const lines = (n: number): Buffer => Buffer.from(`GET / HTTP/1.1\r\n${'a:b\r\n'.repeat(n)}`)
+  for (const cap of [16, 100]) {
+    t.equal(headOverflowError(lines(cap), cap, 8192).statusCode, 431)
+    t.match(headOverflowError(lines(cap), cap, 8192).message, /exceeds|large|bytes/, `${cap} fields at a cap of ${cap}: the size broke`)
+    t.match(headOverflowError(lines(cap + 1), cap, 8192).message, `more than ${cap} header fields`, `${cap + 1} fields: the count`)
+    t.match(headOverflowError(lines(930), cap, 8192).message, `more than ${cap} header fields`, '930 fields: the count')
+  }
+  t.match(headOverflowError(undefined, 100, 8192).message, /exceeds|large|bytes/, 'no head: the size')
 })
 
 t.test('what a request\'s header fields are counted for', async (t) => {

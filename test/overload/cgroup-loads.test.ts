@@ -14,97 +14,23 @@
 // memory.limit_in_bytes, or v2's memory.max) and wrk; skipped, saying which is missing,
 // elsewhere. CI runs as root on cgroup v1 and installs wrk before `npm test`.
 import { spawn } from 'node:child_process'
-import { readdirSync, readFileSync, rmdirSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { onExit } from 'signal-exit'
 import t from 'tap'
-import { driveFourLoads, failures, FULL_LOADS, imageGlibcTunables, inCgroup, sidecarEnv, startLoadUpstream } from '../../bench/lib/four-loads.js'
-import { createMemoryCgroup, type MemoryCgroup } from '../../bench/lib/memory-cgroup.js'
-import { freePort } from '../../bench/lib/processes.js'
-import { shippedNodeFlags } from '../../bench/lib/shipped.js'
+import { driveFourLoads, failures, FULL_LOADS } from '../../bench/lib/four-loads.js'
 import { DEFAULT_MAX_CONNECTIONS } from '../../src/config/schema.js'
-import { startStandIn } from '../helpers/build.js'
-import { eventually } from '../helpers/eventually.js'
-import { MAIN, reapOnExit, staleBuild } from '../helpers/process.js'
+import { setUpCgroup, startInCgroup } from '../helpers/cgroup-sidecar.js'
+import { reapOnExit } from '../helpers/process.js'
 import { skipUnless, WRK } from '../helpers/tools.js'
 
-const REPO = fileURLToPath(new URL('../../', import.meta.url))
-const LIMIT_BYTES = 128 * 1024 * 1024
-const GROUP_PREFIX = 'overload-test-'
 const SIZES = { ...FULL_LOADS, wrkSeconds: 4, slowlorisMs: 4000 }
 
-/** Groups left by a run that was killed before it could remove its own (empty ones only). */
-function removeStaleGroups (cgroup: MemoryCgroup): void {
-  const parent = dirname(cgroup.dir)
-  for (const name of readdirSync(parent)) {
-    if (!name.startsWith(GROUP_PREFIX) || join(parent, name) === cgroup.dir) continue
-    try {
-      if (readFileSync(join(parent, name, 'cgroup.procs'), 'utf8').trim() === '') rmdirSync(join(parent, name))
-    } catch {}
-  }
-}
-
-/** The group the sidecar runs in, or why this machine cannot run the test. */
-function setUp (): MemoryCgroup | string {
-  if (process.getuid?.() !== 0) return 'not root: a memory cgroup cannot be made'
-  const noWrk = skipUnless(WRK)
-  if (noWrk !== false) return noWrk
-  const stale = staleBuild()
-  if (stale !== '') throw new Error(stale)
-  try {
-    const cgroup = createMemoryCgroup(`${GROUP_PREFIX}${process.pid}`, LIMIT_BYTES)
-    removeStaleGroups(cgroup)
-    return cgroup
-  } catch (err) {
-    return `no writable memory cgroup: ${(err as Error).message}`
-  }
-}
-
-const cgroup = setUp()
+const cgroup = setUpCgroup(() => skipUnless(WRK))
 t.setTimeout(120_000)
 
 t.test('the built sidecar lives through the four loads inside a 128 MiB memory cgroup', { skip: typeof cgroup === 'string' ? cgroup : false }, async (t) => {
   if (typeof cgroup === 'string') return
-  const standIn = await startStandIn(t)
-  const upstream = startLoadUpstream()
-  t.teardown(upstream.close)
-  const [port, adminPort] = [await freePort(), await freePort()]
-  const env = sidecarEnv({ standIn: Number(new URL(standIn.url).port), upstream: await upstream.port, proxy: port, admin: adminPort },
-    { GLIBC_TUNABLES: imageGlibcTunables(REPO) })
-  const [command, args] = inCgroup(cgroup.procsFile, [process.execPath, ...shippedNodeFlags(REPO), MAIN, 'serve'])
-  const sidecar = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] })
-  reapOnExit(sidecar)
-  let stderr = ''
-  sidecar.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-  // However the file ends (a timeout's signal included): the sidecar killed, then its group removed.
-  const removeGroup = (): void => {
-    if (sidecar.exitCode === null && sidecar.signalCode === null) sidecar.kill('SIGKILL')
-    cgroup.remove()
-  }
-  const cancelOnExit = onExit(removeGroup)
-  t.teardown(async () => {
-    cancelOnExit()
-    if (sidecar.exitCode === null && sidecar.signalCode === null) {
-      sidecar.kill('SIGKILL')
-      await new Promise((resolve) => sidecar.once('exit', resolve))
-    }
-    cgroup.remove()
-  })
-  const alive = (): boolean => sidecar.exitCode === null && sidecar.signalCode === null
-
-  const ready = await eventually(t, 'the sidecar ready (its first token)', async () => {
-    if (!alive()) return true
-    try {
-      return (await fetch(`http://127.0.0.1:${adminPort}/readyz`, { signal: AbortSignal.timeout(2000) })).status === 200
-    } catch {
-      return false
-    }
-  }, 20_000)
-  if (!ready || !alive()) {
-    t.fail(`the sidecar did not start: exit ${sidecar.exitCode} ${sidecar.signalCode}\n${stderr}`)
-    return
-  }
+  const sidecar = await startInCgroup(t, cgroup)
+  if (sidecar === undefined) return
+  const { port, upstream, alive } = sidecar
 
   const { outcomes, plain } = await driveFourLoads({
     port,
