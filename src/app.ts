@@ -11,6 +11,7 @@ import { createUpstream } from './upstream/forward.js'
 import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createOverloadManager, type OverloadManager } from './overload/manager.js'
+import { headsFit } from './overload/waters.js'
 import { createProxyServer } from './proxy/server.js'
 import { createQuota, type QuotaDependencies } from './quota/create.js'
 import type { QuotaGuard } from './quota/guard.js'
@@ -202,6 +203,10 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
   const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
   log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
+  if (!headsFit(limit.bytes, config.maxConnections, config.maxHeaderBytes)) {
+    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: config.maxConnections, maxHeaderBytes: config.maxHeaderBytes },
+      'MAX_CONNECTIONS unfinished request heads of MAX_HEADER_BYTES may not fit in the memory limit: lower MAX_CONNECTIONS or MAX_HEADER_BYTES, or raise the limit')
+  }
   return createOverloadManager({
     limit,
     maxInFlight: config.maxInFlightRequests,

@@ -51,3 +51,21 @@ export function shouldShed (shedding: boolean, live: number, limitBytes: number,
   if (shedding || live >= HIGH_WATER * limitBytes) return true
   return (usage() ?? 0) >= USAGE_WATER * limitBytes
 }
+
+/**
+ * What one unfinished request head holds, by the largest head accepted: the bytes Node keeps
+ * and the strings made of them, about twice the head plus the socket's own (31 KiB measured for
+ * 15.8 KB heads, docs/overload.md). MAX_CONNECTIONS of them should fit beside an idle sidecar.
+ */
+export const headCost = (maxHeaderBytes: number): number => 2 * maxHeaderBytes + 4 * 1024
+/** Private memory of an idle sidecar holding its token (bench/RESULTS.md: 35–37 MiB). */
+export const IDLE_PRIVATE_BYTES = 40 * 1024 * 1024
+
+/**
+ * Whether MAX_CONNECTIONS unfinished heads of MAX_HEADER_BYTES fit under the memory limit
+ * beside an idle sidecar: heads are no request, so admission never sees them (a warning at
+ * start names the settings when they do not).
+ */
+export function headsFit (limitBytes: number, maxConnections: number, maxHeaderBytes: number): boolean {
+  return limitBytes <= 0 || maxConnections <= 0 || IDLE_PRIVATE_BYTES + maxConnections * headCost(maxHeaderBytes) <= limitBytes
+}
