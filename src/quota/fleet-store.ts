@@ -174,7 +174,7 @@ export function createFleetStore (options: FleetStoreOptions) {
       if (cooling > 0) return limits.map(() => ({ left: 0, resetMs: cooling }))
       if (view.state === 'shared' && clock.now() >= view.graceUntil) {
         // A failed read changes nothing here: the takes notice Redis failing.
-        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits).catch(() => undefined)
+        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits, member.presenceTtlMs).catch(() => undefined)
         if (peeked !== undefined) return peeked
       }
       return alone.budget(scope, limits)

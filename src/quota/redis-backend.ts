@@ -130,7 +130,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async take (member: Member, scope: string, limits: readonly Limit[], sendId: string): Promise<TakeReply> {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
-      const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs])]
+      const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs]
       const reply = await client.sapTake(keys.length, ...keys, ...args)
       calibrate(Number(reply[4]))
       return { code: TAKE_CODES[Number(reply[0])] ?? 'late', ms: Number(reply[1]), fleetSize: Number(reply[2]), present: Number(reply[3]) }
@@ -139,7 +139,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     async reassert (member: Member, limits: readonly ReassertLimit[], newEpoch: string, newRun = false): Promise<ReassertReply> {
       const keys = [...fleetKeys, ...limits.flatMap((l) => [logKey(l.scope, l.limit), gateKey(l.scope, l.limit)])]
       const args = [...memberArgs(member), newEpoch, newRun ? 1 : 0,
-        ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])])]
+        ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])]), timeoutMs]
       const reply = await client.sapReassert(keys.length, ...keys, ...args)
       const now = Number(reply[4])
       calibrate(now)
@@ -156,7 +156,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async heartbeat (member: Member, scopes: readonly string[]): Promise<HeartbeatReply> {
       const keys = [...fleetKeys, ...scopes.map((scope) => key(scope, 'cooldown'))]
-      const reply = await client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member))
+      const reply = await client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs)
       calibrate(Number(reply[3]))
       const code = Number(reply[0])
       // Stryker disable next-line UnaryOperator: the script answers one PTTL per scope asked, so the default is never read
@@ -164,9 +164,10 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]), cooldowns }
     },
     /** What each limit may still send now (RateLimit fields); undefined when the epoch is not `epoch`. */
-    async peek (epoch: string, floor: number, scope: string, limits: readonly Limit[]): Promise<PeekedLimit[] | undefined> {
+    /** `presenceTtlMs`: the members' (fleet-store.ts DEFAULT_FLEET_TIMING's in production), for when a pending release starts. */
+    async peek (epoch: string, floor: number, scope: string, limits: readonly Limit[], presenceTtlMs = 3_000): Promise<PeekedLimit[] | undefined> {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
-      const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]))
+      const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]), presenceTtlMs, timeoutMs)
       if (Number(reply[0]) !== 0) return undefined
       return limits.map((_, i) => ({ left: Number(reply[2 + 2 * i]), resetMs: Number(reply[3 + 2 * i]) }))
     },

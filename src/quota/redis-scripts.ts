@@ -42,22 +42,30 @@ local function lostLog (log, gate, window)
   if left > 0 and gateLeft(gate) < left then redis.call('SET', gate, now + left) end
   return left
 end
+-- When a release's window starts: a member counted present may be a process that died without
+-- leaving, counted until its entry expires, and renewed by a script still on its way (sent
+-- before it died, run by its deadline): out of the count by now + timeout + TTL at the latest.
+local function releaseAt (ttl, timeout)
+  local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]) or now
+  return math.max(now + ttl + timeout, last)
+end
 -- Sends added to a log (a take, sends told again): the tally keeps the latest of them.
 local function noteLatest (log, at)
   local known = tonumber(redis.call('HGET', KEYS[5], log))
   if known == nil or at > known then redis.call('HSET', KEYS[5], log, at) end
 end
 -- What a limit holds back for sidecars out of Redis's sight, given 'lapsed' of them that may
--- still run and 'releasing' released this moment (PEEK's view of what presence() would do);
--- and the ms until the first released one's part ends (0: none is released).
-local function heldBack (count, window, floor, size, present, lapsed, releasing)
+-- still run and 'releasing' released this moment (PEEK's view of what presence() would do:
+-- their count, and 'releasingAt' when their window starts); and the ms until the first
+-- released one's part ends (0: none is released).
+local function heldBack (count, window, floor, size, present, lapsed, releasing, releasingAt)
   local absent = 0
   if size > present then absent = (size - present) * math.floor(count / size) end
   if floor <= 0 then return absent, 0 end
   local share = math.floor(count / floor)
   local released = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
   local ends = 0
-  if released[2] then ends = tonumber(released[2]) + window - now elseif releasing > 0 then ends = window end
+  if released[2] then ends = tonumber(released[2]) + window - now elseif releasing > 0 then ends = releasingAt + window - now end
   return math.max(absent, lapsed * share) + (#released / 2 + releasing) * share, ends
 end
 `
@@ -70,7 +78,7 @@ end
 // above; a released one is forgotten after GHOST_KEEP_MS (longer than any window).
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
-local function presence (member, ttl, floor, deadline, newRun)
+local function presence (member, ttl, floor, timeout, newRun)
   local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
   local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now, 'WITHSCORES')
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
@@ -78,26 +86,18 @@ local function presence (member, ttl, floor, deadline, newRun)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
   -- (shared): forgotten. A new run (a restart keeping its id) cannot vouch for what its lapse
-  -- entry stood for (entries are counted, not named): that entry is released instead.
-  local restarted = false
-  if newRun == 1 then
-    restarted = redis.call('ZREM', lapsed, member) == 1
-  else
-    redis.call('ZREM', lapsed, member)
-    redis.call('ZREM', released, member)
-  end
+  -- entry stood for (entries are counted, not named): that entry is released instead. A
+  -- released entry is never taken back: each has a name of its own (id@time).
+  local restarted = redis.call('ZREM', lapsed, member) == 1 and newRun == 1
   redis.call('ZADD', members, now + ttl, member)
   local present = redis.call('ZCARD', members)
   local stopped = redis.call('ZCARD', lapsed) - math.max(0, floor - present)
   if floor > 0 and (stopped > 0 or restarted) then
-    -- A member counted present may be a process that died without leaving, until its entry
-    -- expires (and a script may still be on its way): a release's window counts from then.
-    local last = tonumber(redis.call('ZRANGE', members, -1, -1, 'WITHSCORES')[2]) or now
-    local at = math.max(now, last) + math.max(0, deadline - now)
-    if restarted then redis.call('ZADD', released, at, member) end
+    local at = releaseAt(ttl, timeout)
+    if restarted then redis.call('ZADD', released, at, member .. '@' .. at) end
     if stopped > 0 then
       local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
-      for i = 1, #gone do redis.call('ZADD', released, at, gone[i]) end
+      for i = 1, #gone do redis.call('ZADD', released, at, gone[i] .. '@' .. at) end
       redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
     end
   end
@@ -107,7 +107,7 @@ end
 
 // KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit.
 // ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per
-// limit.
+// limit, then the fleet's Redis timeout (ms).
 // Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
 // (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
 // 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
@@ -117,7 +117,7 @@ export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
 local floor = tonumber(ARGV[4])
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[1]), 0)
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[#ARGV]), 0)
 local cd = redis.call('PTTL', KEYS[6])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
@@ -128,7 +128,7 @@ for i = 7, #KEYS, 2 do
   if g > gated then gated = g end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
-  local held, ends = heldBack(count, window, floor, size, present, lapsed, 0)
+  local held, ends = heldBack(count, window, floor, size, present, lapsed, 0, 0)
   local room = count - held
   if used + 1 > room then
     local w = window
@@ -153,7 +153,7 @@ return {0, 0, size, present, now}
 // KEYS: epoch, members, lapsed, released, tally, then (log, gate) per limit of every rule.
 // ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, a new run
 // of this sidecar (1/0: this process's first contact), then per limit: window ms, n, then
-// n × (send id, age ms).
+// n × (send id, age ms), then the fleet's Redis timeout (ms).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
 // registers it present, in one step. If the epoch is missing or another than expected, Redis
 // lost its data: every limit is gated for one window (counts in it cannot be trusted), and
@@ -173,7 +173,7 @@ if not epoch then
 elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[1]), tonumber(ARGV[7]))
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), tonumber(ARGV[7]))
 local a = 8
 for i = 6, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -192,20 +192,20 @@ return {0, lost, size, present, now, epoch}
 `
 
 // KEYS: epoch, members, lapsed, released, tally, then the cool-down of each scope. ARGV:
-// deadline, member, ttl, floor, epoch expected. Returns {code, fleet size, present, now, ms left of each cool-down}:
+// deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms). Returns {code, fleet size, present, now, ms left of each cool-down}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
 export const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[1]), 0)
+local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
 local out = {0, size, present, now}
 for i = 6, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
 `
 
 // KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
-// (count, window ms) per limit. Read-only (RateLimit fields, the remaining-budget gauges): per
+// (count, window ms) per limit, then the presence TTL and the fleet's Redis timeout (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
 // there is room, else the one whose exit lets one more in); nothing while cooling down or gated. Returns {code, now, then (left, ms) per limit}: 0, or 5 the epoch.
@@ -219,11 +219,12 @@ local size = math.max(present, floor)
 local lapsed = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[2], '-inf', now)
 local releasing = 0
 if floor > 0 then releasing = math.max(0, lapsed - math.max(0, floor - present)) end
+local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV]))
 local cd = redis.call('PTTL', KEYS[6])
 local out = {0, now}
 for i = 7, #KEYS, 2 do
   local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
-  local held, ends = heldBack(count, window, floor, size, present, lapsed - releasing, releasing)
+  local held, ends = heldBack(count, window, floor, size, present, lapsed - releasing, releasing, releasingAt)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).

@@ -18,6 +18,7 @@ const HOUR_MS = 3_600_000
 const limit = (count: number, windowMs: number): Limit => ({ count, windowMs, text: `${count}/${windowMs}ms` })
 
 interface Fleet {
+  url: string
   store: RedisStore
   admin: Redis
   /** A member of a declared fleet of `floor`; `ttlMs` short to let it lapse. */
@@ -42,6 +43,7 @@ async function fleet (t: Test, floor: number): Promise<Fleet> {
   let epoch = ''
   let sends = 0
   return {
+    url: server.url,
     store,
     admin,
     member: (name, ttlMs = 60_000) => ({ id: name, presenceTtlMs: ttlMs, fleetFloor: floor, epoch }),
@@ -56,7 +58,8 @@ async function fleet (t: Test, floor: number): Promise<Fleet> {
       return Number(s) * 1000 + Math.floor(Number(us) / 1000)
     },
     lapsed: async () => await admin.zrange(`${PREFIX}lapsed`, '0', '-1'),
-    released: async () => await admin.zrange(`${PREFIX}released`, '0', '-1'),
+    // Each released entry is named id@time: never taken back by its id.
+    released: async () => (await admin.zrange(`${PREFIX}released`, '0', '-1')).map((n) => n.replace(/@\d+$/, '')),
     admitted: async (m, scope, limits, n) => {
       let ok = 0
       for (let i = 0; i < n; i++) if ((await store.take(m, scope, limits, `s${sends++}`)).code === 'ok') ok++
@@ -223,9 +226,9 @@ t.test('a release counts its window from the latest expiry among the members cou
   await f.admin.zadd(`${PREFIX}lapsed`, await f.redisNow() - 10_000, 'c')
   await f.join(f.member('x'))
   t.same(await f.released(), ['c'], 'c released: three counted present')
-  const releasedAt = Number(await f.admin.zscore(`${PREFIX}released`, 'c'))
+  const [, releasedAt] = await f.admin.zrange(`${PREFIX}released`, '0', '0', 'WITHSCORES')
   const aExpires = Number(await f.admin.zscore(`${PREFIX}members`, 'a'))
-  t.ok(releasedAt >= aExpires, `its window counts from ${releasedAt - aExpires} ms after a could last be counted, not from now`)
+  t.ok(Number(releasedAt) >= aExpires, `its window counts from ${Number(releasedAt) - aExpires} ms after a could last be counted, not from now`)
   const [left] = await f.store.peek(b.epoch, 3, 'GET /h', [limit(3, 1_000)]) ?? []
   t.equal(left?.left, 2, 'held meanwhile, although the window is shorter than the presence TTL')
 })
@@ -244,4 +247,44 @@ t.test('a new run (a restart keeping its id) that finds itself lapsed releases t
   await f.store.reassert(f.member('d'), [], 'e', false)
   t.same(await f.lapsed(), [], 'the same run back: forgotten')
   t.same(await f.released(), ['a'], 'not released')
+  // An outside review: the restarted run's next heartbeat took its release back (4 under 3/1h).
+  await f.store.heartbeat(a, [])
+  await f.store.take(a, 'GET /h', [limit(3, HOUR_MS)], 'after')
+  t.same(await f.released(), ['a'], 'the release stays through the run\'s heartbeats and takes')
+})
+
+t.test('a release\'s window starts no sooner than a dead member\'s last script could renew it: now + the Redis timeout + the TTL', async (t) => {
+  // An outside review: scored by the releasing script's own remaining time (near 0 when it
+  // arrived late), a hold on a short window ended while a dead member, renewed by a script
+  // still on its way, counted (6 under 4/1s).
+  const f = await fleet(t, 2)
+  await f.join(f.member('b', 1_000))
+  await f.admin.zadd(`${PREFIX}lapsed`, await f.redisNow() - 10_000, 'x')
+  // A store whose clock runs 1.9 s behind the one it calibrated against: its scripts arrive
+  // with 0.1 s of their 2 s deadline left, as a late one would.
+  let shift = 0
+  const late = createRedisStore({ url: f.url, timeoutMs: 2_000, prefix: PREFIX, clock: { ...systemClock, now: () => performance.now() - shift } })
+  t.teardown(() => late.close())
+  t.ok(await late.connect())
+  await late.readClock()
+  shift = 1_900
+  const before = await f.redisNow()
+  const a = f.member('a', 1_000)
+  t.match(await late.heartbeat({ ...a, epoch: (await f.admin.get(`${PREFIX}epoch`)) ?? '' }, []), { code: 'ok' })
+  const [, releasedAt] = await f.admin.zrange(`${PREFIX}released`, '0', '0', 'WITHSCORES')
+  t.ok(Number(releasedAt) >= before + 1_000 + 2_000, `scored ${Number(releasedAt) - before} ms ahead (TTL 1 s + the fleet's timeout 2 s)`)
+})
+
+t.test('the RateLimit fields\' reset for a release about to happen is when its window ends, as a take would wait', async (t) => {
+  const f = await fleet(t, 1)
+  await lapse(f, 'a')
+  const b = f.member('b', 1_000)
+  const hourly = [limit(2, 1_000)]
+  await f.admin.zadd(`${PREFIX}members`, await f.redisNow() + 1_000, 'b')
+  const [peeked] = await f.store.peek(f.member('b').epoch, 1, 'GET /r', hourly, 1_000) ?? []
+  t.equal(peeked?.left, 0)
+  await f.join(b)
+  const refused = await f.store.take(b, 'GET /r', hourly, 'r1')
+  t.equal(refused.code, 'budget')
+  t.ok((peeked?.resetMs ?? 0) >= refused.ms - 200, `reset ${peeked?.resetMs ?? 0} ms, the take waits ${refused.ms} ms`)
 })
