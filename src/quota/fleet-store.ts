@@ -172,9 +172,12 @@ export function createFleetStore (options: FleetStoreOptions) {
     async budget (scope: string, limits: readonly Limit[]): Promise<Remaining[]> {
       const cooling = cooldowns.left(scope)
       if (cooling > 0) return limits.map(() => ({ left: 0, resetMs: cooling }))
-      if (view.state === 'shared' && clock.now() >= view.graceUntil) {
+      if (view.state === 'shared') {
+        // Within a young tally's grace every take is refused (take above): so say the fields.
+        const grace = view.graceUntil - clock.now()
+        if (grace > 0) return limits.map(() => ({ left: 0, resetMs: grace }))
         // A failed read changes nothing here: the takes notice Redis failing.
-        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits, member.presenceTtlMs).catch(() => undefined)
+        const peeked = await redis.peek(member.epoch, fleetFloor, scope, limits, member.presenceTtlMs, timing.heartbeatMs).catch(() => undefined)
         if (peeked !== undefined) return peeked
       }
       return alone.budget(scope, limits)

@@ -164,10 +164,13 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       return { code: code === 0 ? 'ok' : code === 5 ? 'epoch' : 'late', fleetSize: Number(reply[1]), present: Number(reply[2]), cooldowns }
     },
     /** What each limit may still send now (RateLimit fields); undefined when the epoch is not `epoch`. */
-    /** `presenceTtlMs`: the members' (fleet-store.ts DEFAULT_FLEET_TIMING's in production), for when a pending release starts. */
-    async peek (epoch: string, floor: number, scope: string, limits: readonly Limit[], presenceTtlMs = 3_000): Promise<PeekedLimit[] | undefined> {
+    /**
+     * `presenceTtlMs` and `heartbeatMs`: the fleet's (fleet-store.ts DEFAULT_FLEET_TIMING's in
+     * production): a release PEEK foresees starts at the next presence, a heartbeat away at most.
+     */
+    async peek (epoch: string, floor: number, scope: string, limits: readonly Limit[], presenceTtlMs = 3_000, heartbeatMs = 1_000): Promise<PeekedLimit[] | undefined> {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
-      const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]), presenceTtlMs, timeoutMs)
+      const reply = await client.sapPeek(keys.length, ...keys, floor, epoch, ...limits.flatMap((l) => [l.count, l.windowMs]), presenceTtlMs, timeoutMs, heartbeatMs)
       if (Number(reply[0]) !== 0) return undefined
       return limits.map((_, i) => ({ left: Number(reply[2 + 2 * i]), resetMs: Number(reply[3 + 2 * i]) }))
     },

@@ -205,7 +205,7 @@ return out
 `
 
 // KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
-// (count, window ms) per limit, then the presence TTL and the fleet's Redis timeout (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
+// (count, window ms) per limit, then the presence TTL, the fleet's Redis timeout and heartbeat (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
 // there is room, else the one whose exit lets one more in); nothing while cooling down or gated. Returns {code, now, then (left, ms) per limit}: 0, or 5 the epoch.
@@ -219,7 +219,8 @@ local size = math.max(present, floor)
 local lapsed = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[2], '-inf', now)
 local releasing = 0
 if floor > 0 then releasing = math.max(0, lapsed - math.max(0, floor - present)) end
-local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV]))
+-- Released at the next presence, a heartbeat away at most: the latest start, for the reset.
+local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])) + tonumber(ARGV[#ARGV])
 local cd = redis.call('PTTL', KEYS[6])
 local out = {0, now}
 for i = 7, #KEYS, 2 do

@@ -165,3 +165,17 @@ t.test('an answer past its deadline is a failure, named as such: a late take, a 
   t.match(reassert.store.status(), { state: 'connecting', problem: `no answer within ${TIMEOUT_MS} ms` })
   t.match(await reassert.take(), { kind: 'degraded' })
 })
+
+t.test('within a young epoch\'s grace the RateLimit fields say nothing is left until it ends, as takes refuse (a fleet of one too)', async (t) => {
+  // An outside review: a fleet of one, up longer than a window, Redis restarted empty: the
+  // fields said 3 left while every take was refused for the grace.
+  for (const fleetFloor of [1, 2]) {
+    const young = await scriptedFleet(t, 'GET /a 3/1s', { fleetFloor, timing: { freshGraceMs: 3_000 }, before: (s) => { s.reassert = () => ({ epochAgeMs: 1_000 }) } })
+    // Up longer than the 1 s window: alone, a fleet of one would have its whole budget.
+    await young.c.tick(1_500)
+    t.same(await young.store.budget(young.rule.id, young.rule.limits), [{ left: 0, resetMs: 500 }], `floor ${fleetFloor}: nothing left for the rest of the grace`)
+    t.match(await young.take(), { kind: 'degraded', ms: 500, lost: true })
+    await young.c.tick(500)
+    t.match(await young.take(), { kind: 'ok' }, 'then shared')
+  }
+})
