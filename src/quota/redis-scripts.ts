@@ -3,7 +3,7 @@
 // holds across the fleet whatever the sidecars' clocks say. Every script is atomic: a take
 // adds its send id to every limit of the rule, or to none.
 
-// How long the fleet remembers a sidecar that lapsed (ms): see `presence` below.
+// How long a released sidecar's entry is kept (ms), longer than any window: see `presence`.
 export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 
 // The fleet's tally (the logs, the gates, presence, the latest sends) carries no TTL: a
@@ -18,7 +18,7 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 // run at once (the guarantee's first assumption), so of the lapsed ones all but
 // RATE_LIMIT_FLEET_SIZE − present have stopped; but what they sent may still be in the window:
 // that many, the oldest, are released (KEYS[4]) and each one's share held one more window from
-// that moment. The share held is that of RATE_LIMIT_FLEET_SIZE, the most a sidecar could spend
+// when no member counted present can still be a dead process (`releaseAt`). The share held is that of RATE_LIMIT_FLEET_SIZE, the most a sidecar could spend
 // alone.
 const CLOCK = `
 local t = redis.call('TIME')
@@ -63,10 +63,12 @@ local function heldBack (count, window, floor, size, present, lapsed, releasing,
   if size > present then absent = (size - present) * math.floor(count / size) end
   if floor <= 0 then return absent, 0 end
   local share = math.floor(count / floor)
-  local released = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. (now - window), '+inf', 'WITHSCORES')
+  local since = '(' .. (now - window)
+  local released = redis.call('ZCOUNT', KEYS[4], since, '+inf')
+  local first = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local ends = 0
-  if released[2] then ends = tonumber(released[2]) + window - now elseif releasing > 0 then ends = releasingAt + window - now end
-  return math.max(absent, lapsed * share) + (#released / 2 + releasing) * share, ends
+  if first[2] then ends = tonumber(first[2]) + window - now elseif releasing > 0 then ends = releasingAt + window - now end
+  return math.max(absent, lapsed * share) + (released + releasing) * share, ends
 end
 `
 

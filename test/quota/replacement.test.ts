@@ -279,12 +279,12 @@ t.test('the RateLimit fields\' reset for a release about to happen is when its w
   const f = await fleet(t, 1)
   await lapse(f, 'a')
   const b = f.member('b', 1_000)
-  const hourly = [limit(2, 1_000)]
+  const perSecond = [limit(2, 1_000)]
   await f.admin.zadd(`${PREFIX}members`, await f.redisNow() + 1_000, 'b')
-  const [peeked] = await f.store.peek(f.member('b').epoch, 1, 'GET /r', hourly, 1_000) ?? []
+  const [peeked] = await f.store.peek(f.member('b').epoch, 1, 'GET /r', perSecond, 1_000) ?? []
   t.equal(peeked?.left, 0)
   await f.join(b)
-  const refused = await f.store.take(b, 'GET /r', hourly, 'r1')
+  const refused = await f.store.take(b, 'GET /r', perSecond, 'r1')
   t.equal(refused.code, 'budget')
   t.ok((peeked?.resetMs ?? 0) >= refused.ms - 200, `reset ${peeked?.resetMs ?? 0} ms, the take waits ${refused.ms} ms`)
 })
