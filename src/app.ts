@@ -4,7 +4,8 @@ import type { Dispatcher } from 'undici'
 import { createAdminServer } from './admin/server.js'
 import { idempotencyReleaseRoute } from './admin/idempotency-release.js'
 import { systemClock, type Clock } from './clock.js'
-import type { Config } from './config/load.js'
+import type { Config, OverloadConfig, TokenConfig } from './config/load.js'
+import type { EgressProxy } from './config/egress-proxy.js'
 import { egressDispatcher } from './egress/connection.js'
 import { routeFor } from './egress/route.js'
 import { createUpstream } from './upstream/forward.js'
@@ -82,22 +83,22 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   const { log, clock, defaultMetrics = true, version = 'unknown' } = deps
   const rateLimits = config.rateLimits
   const metrics = createMetrics({ defaultMetrics, rateLimitRedis: rateLimits.redisUrl !== undefined })
-  const { tokens, closeTokenEgress } = createTokens(config, deps, metrics)
+  const { tokens, closeTokenEgress } = createTokens(config.token, config.egress, deps, metrics)
 
   // One keep-alive pool to the upstream origin, TLS verified, with a bounded queue.
   const upstream = createUpstream({
-    url: config.upstreamUrl,
+    url: config.upstream.url,
     connections: UPSTREAM_CONNECTIONS,
-    connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstreamTimeoutMs),
-    timeoutMs: config.upstreamTimeoutMs,
-    queueLimit: config.upstreamQueueLimit,
-    queueTimeoutMs: config.upstreamQueueTimeoutMs,
+    connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstream.timeoutMs),
+    timeoutMs: config.upstream.timeoutMs,
+    queueLimit: config.upstream.queueLimit,
+    queueTimeoutMs: config.upstream.queueTimeoutMs,
     queueGauge: metrics.upstreamQueued,
-    route: routeFor(config.upstreamUrl, config.egressProxy)
+    route: routeFor(config.upstream.url, config.egress)
   })
 
   const { quota, cache } = await createQuota(config, deps, metrics)
-  const overload = createOverload(config, deps, metrics)
+  const overload = createOverload(config.overload, config.listener.maxHeaderBytes, deps, metrics)
   const idempotency = await createIdempotency(config, {
     log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
   })
@@ -119,9 +120,9 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   const admin = await createAdminServer({
     log,
     metrics,
-    maxConnections: config.adminMaxConnections,
+    maxConnections: config.admin.maxConnections,
     routes: {
-      tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.statusEndpoint, statusFrom: config.statusFrom, ...(clock === undefined ? {} : { clock })
+      tokens, metrics, quota, overload, ...(cache === undefined ? {} : { cache }), ...(idempotency === undefined ? {} : { idempotency }), isDraining: () => draining, version, config: configSummary(config), statusEndpoint: config.admin.statusEndpoint, statusFrom: config.admin.statusFrom, ...(clock === undefined ? {} : { clock })
     }
   })
   if (idempotency !== undefined) await admin.register(idempotencyReleaseRoute, { release: idempotency.releaseKey })
@@ -167,29 +168,29 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 }
 
 /** The token client and the manager that keeps one token fresh. */
-function createTokens (config: Config, deps: AppDependencies, metrics: Metrics): { tokens: TokenManager, closeTokenEgress: () => Promise<void> } {
+function createTokens (token: TokenConfig, egress: EgressProxy, deps: AppDependencies, metrics: Metrics): { tokens: TokenManager, closeTokenEgress: () => Promise<void> } {
   const { log, clock, random, readFile, tokenDispatcher } = deps
   // The token endpoint goes through the egress proxy, or direct (egress/route.ts), on a pool of
   // the sidecar's own either way: never undici's global dispatcher, which NODE_USE_ENV_PROXY or
   // another module may have replaced, so the route /status shows is the route taken.
-  const tokenRoute = routeFor(config.authUrl, config.egressProxy)
+  const tokenRoute = routeFor(token.authUrl, egress)
   const tokenEgress = tokenDispatcher === undefined
-    ? egressDispatcher(config.authUrl, tokenRoute, { connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.tokenTimeoutMs) })
+    ? egressDispatcher(token.authUrl, tokenRoute, { connectTimeoutMs: Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, token.timeoutMs) })
     : { dispatcher: tokenDispatcher, close: async () => {} }
   const fetchToken = createTokenClient({
-    authUrl: config.authUrl,
-    timeoutMs: config.tokenTimeoutMs,
-    credentials: createCredentialReader(config.clientId, config.clientSecret, readFile),
+    authUrl: token.authUrl,
+    timeoutMs: token.timeoutMs,
+    credentials: createCredentialReader(token.clientId, token.clientSecret, readFile),
     dispatcher: tokenEgress.dispatcher
   })
   const tokens = createTokenManager({
     fetchToken,
     log: log.child({ component: 'token' }),
     metrics,
-    refreshMarginMs: config.tokenRefreshMarginMs,
-    waitMs: config.tokenWaitMs,
-    tokenUrl: tokenEndpointUrl(config.authUrl),
-    credentials: { clientId: credentialOrigin('CLIENT_ID', config.clientId), clientSecret: credentialOrigin('CLIENT_SECRET', config.clientSecret) },
+    refreshMarginMs: token.refreshMarginMs,
+    waitMs: token.waitMs,
+    tokenUrl: tokenEndpointUrl(token.authUrl),
+    credentials: { clientId: credentialOrigin('CLIENT_ID', token.clientId), clientSecret: credentialOrigin('CLIENT_SECRET', token.clientSecret) },
     ...(clock === undefined ? {} : { clock }),
     ...(random === undefined ? {} : { random })
   })
@@ -197,20 +198,20 @@ function createTokens (config: Config, deps: AppDependencies, metrics: Metrics):
 }
 
 /** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
-function createOverload (config: Config, deps: AppDependencies, metrics: Metrics): OverloadManager {
+function createOverload (overload: OverloadConfig, maxHeaderBytes: number, deps: AppDependencies, metrics: Metrics): OverloadManager {
   const { log, clock = systemClock } = deps
   const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
-  const limit = memoryLimit(config.memoryLimitBytes, readSystemFile)
-  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: config.maxInFlightRequests, maxConnections: config.maxConnections },
+  const limit = memoryLimit(overload.memoryLimitBytes, readSystemFile)
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
-  if (!headsFit(limit.bytes, config.maxConnections, config.maxHeaderBytes)) {
-    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: config.maxConnections, maxHeaderBytes: config.maxHeaderBytes },
+  if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes)) {
+    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: overload.maxConnections, maxHeaderBytes },
       'MAX_CONNECTIONS unfinished request heads of MAX_HEADER_BYTES may not fit in the memory limit: lower MAX_CONNECTIONS or MAX_HEADER_BYTES, or raise the limit')
   }
   return createOverloadManager({
     limit,
-    maxInFlight: config.maxInFlightRequests,
-    maxConnections: config.maxConnections,
+    maxInFlight: overload.maxInFlightRequests,
+    maxConnections: overload.maxConnections,
     clock,
     log: log.child({ component: 'overload' }),
     metrics,
@@ -227,9 +228,9 @@ function createOverload (config: Config, deps: AppDependencies, metrics: Metrics
  */
 async function startTracingFor (config: Config, tracingConfig: TracingConfig, metrics: Metrics, version: string): Promise<Tracing> {
   const { startTracing } = await import('./tracing/index.js')
-  const route = routeFor(config.upstreamUrl, config.egressProxy)
+  const route = routeFor(config.upstream.url, config.egress)
   const tracing = startTracing(tracingConfig, {
-    metrics, version, upstreamUrl: config.upstreamUrl, egressRoute: route.via === 'direct' ? `direct (${route.why})` : `proxy ${route.proxy.display}`
+    metrics, version, upstreamUrl: config.upstream.url, egressRoute: route.via === 'direct' ? `direct (${route.why})` : `proxy ${route.proxy.display}`
   })
   logTraceFields(tracing.requests.logFields)
   return tracing

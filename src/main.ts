@@ -20,7 +20,7 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
     case 'serve': {
       const [{ loadSidecarConfig, serve }, { loadLogger }] = await Promise.all([import('./cli/serve.js'), import('./cli/exit.js')])
       const config = await loadSidecarConfig(env)
-      await serve(config, await loadLogger(config.logLevel, config.logFormat))
+      await serve(config, await loadLogger(config.log.level, config.log.format))
       return
     }
     case 'check-config': {

@@ -20,13 +20,15 @@ export interface CachedWait {
 }
 
 /** The parts of the longest wait of a caller of a cached rule with the fleet's Redis. */
-export function cachedWait (config: Pick<Config, 'tokenWaitMs' | 'upstreamQueueTimeoutMs' | 'upstreamTimeoutMs'> & {
+export function cachedWait (config: {
+  token: Pick<Config['token'], 'waitMs'>
+  upstream: Pick<Config['upstream'], 'queueTimeoutMs' | 'timeoutMs'>
   rateLimits: Pick<Config['rateLimits'], 'maxWaitMs' | 'redisTimeoutMs'>
 }): CachedWait {
-  const fleetWaitMs = config.rateLimits.maxWaitMs + config.upstreamQueueTimeoutMs + config.upstreamTimeoutMs
+  const fleetWaitMs = config.rateLimits.maxWaitMs + config.upstream.queueTimeoutMs + config.upstream.timeoutMs
   return {
     fleetWaitMs,
-    ownFetchMs: config.tokenWaitMs + fleetWaitMs,
+    ownFetchMs: config.token.waitMs + fleetWaitMs,
     redisMs: 3 * Math.max(config.rateLimits.redisTimeoutMs, CACHE_REDIS_MIN_TIMEOUT_MS)
   }
 }
@@ -37,9 +39,9 @@ export function cachedWaitWarnings (config: Config): string[] {
   if (!caching || config.rateLimits.redisUrl === undefined) return []
   const { fleetWaitMs, ownFetchMs, redisMs } = cachedWait(config)
   const longest = fleetWaitMs + ownFetchMs + redisMs
-  if (config.idleTimeoutMs > longest) return []
+  if (config.listener.idleTimeoutMs > longest) return []
   return [
-    `IDLE_TIMEOUT_MS (${config.idleTimeoutMs} ms) is not above the longest a caller of a cache= rule can wait with Redis: ` +
+    `IDLE_TIMEOUT_MS (${config.listener.idleTimeoutMs} ms) is not above the longest a caller of a cache= rule can wait with Redis: ` +
     `${longest} ms (another sidecar's fetch of its key, RATE_LIMIT_MAX_WAIT_MS + UPSTREAM_QUEUE_TIMEOUT_MS + UPSTREAM_TIMEOUT_MS = ${fleetWaitMs} ms; ` +
     `then its own when that one ended with nothing it can use, TOKEN_WAIT_MS + the same = ${ownFetchMs} ms; and ${redisMs} ms of Redis). ` +
     `Such a caller would be cut off with no status line: set IDLE_TIMEOUT_MS above ${longest}, or lower UPSTREAM_TIMEOUT_MS`

@@ -23,14 +23,14 @@ export async function loadSidecarConfig (env: Env): Promise<Config> {
 /** What is safe to print about a config: never a credential. */
 export function describe (config: Config) {
   return {
-    authUrl: config.authUrl,
-    upstreamUrl: config.upstreamUrl,
+    authUrl: config.token.authUrl,
+    upstreamUrl: config.upstream.url,
     // scheme://host:port only: a proxy URL may carry a password.
-    egressProxy: egressSummary(config.egressProxy, config),
-    clientIdFrom: 'file' in config.clientId ? `file ${config.clientId.file}` : 'environment',
-    clientSecretFrom: 'file' in config.clientSecret ? `file ${config.clientSecret.file}` : 'environment',
-    proxy: `${config.host}:${config.port}`,
-    admin: `${config.adminHost}:${config.adminPort}`,
+    egressProxy: egressSummary(config.egress, config),
+    clientIdFrom: 'file' in config.token.clientId ? `file ${config.token.clientId.file}` : 'environment',
+    clientSecretFrom: 'file' in config.token.clientSecret ? `file ${config.token.clientSecret.file}` : 'environment',
+    proxy: `${config.listener.host}:${config.listener.port}`,
+    admin: `${config.admin.host}:${config.admin.port}`,
     rateLimitRules: config.rateLimits.rules.length,
     // scheme://host:port only: the URL may carry a password.
     rateLimitRedis: config.rateLimits.redisUrl === undefined ? null : redisDisplayUrl(config.rateLimits.redisUrl),
@@ -42,18 +42,18 @@ export async function serve (config: Config, log: Logger): Promise<App> {
   const { buildApp } = await import('../app.js')
   const app = await buildApp(config, { log, version: buildInfo().version })
   void app.start()
-  await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.adminHost, config.adminPort, ADMIN_BACKLOG)
-  await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.host, config.port, proxyBacklog(config.maxConnections))
+  await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.admin.host, config.admin.port, ADMIN_BACKLOG)
+  await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.listener.host, config.listener.port, proxyBacklog(config.overload.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
   for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) log.warn(warning)
 
-  closeWithGrace({ delay: config.shutdownDelayMs + config.shutdownGraceMs, logger: log }, async ({ signal, err }) => {
+  closeWithGrace({ delay: config.shutdown.delayMs + config.shutdown.graceMs, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'fatal error, shutting down')
-    log.info({ signal, graceMs: config.shutdownGraceMs }, 'shutting down: not ready, finishing in-flight requests')
+    log.info({ signal, graceMs: config.shutdown.graceMs }, 'shutting down: not ready, finishing in-flight requests')
     app.drain()
     // A plain (non-native) sidecar gets SIGTERM together with its app: keep serving
     // for SHUTDOWN_DELAY_MS so the app can finish work that still calls the store API.
-    if (config.shutdownDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs))
+    if (config.shutdown.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdown.delayMs))
     await app.close()
     log.info('stopped')
   })

@@ -9,21 +9,10 @@ import { checkBaseUrl, checkUrl, TOKEN_PATH } from './urls.js'
 import { checkOrders, type RoutePolicy } from './orders.js'
 import { loadTracing, type TracingConfig } from './tracing.js'
 
-export interface Config {
-  readonly authUrl: string
-  readonly clientId: CredentialSource
-  readonly clientSecret: CredentialSource
-  readonly upstreamUrl: string
+/** The proxy listener, where callers come in: its address and what a caller may send, and how slowly. */
+export interface ListenerConfig {
   readonly host: string
   readonly port: number
-  readonly adminHost: string
-  readonly adminPort: number
-  readonly tokenTimeoutMs: number
-  readonly upstreamTimeoutMs: number
-  readonly tokenRefreshMarginMs: number
-  readonly tokenWaitMs: number
-  readonly shutdownGraceMs: number
-  readonly shutdownDelayMs: number
   /** Largest request head (request line and headers) accepted; larger answers 431. */
   readonly maxHeaderBytes: number
   /** Most header fields a request may carry; more answers 431 (Node alone would drop the rest silently). */
@@ -38,37 +27,91 @@ export interface Config {
   readonly keepAliveTimeoutMs: number
   /** A connection with no traffic either way for this long is closed (a caller that stopped reading). */
   readonly idleTimeoutMs: number
+  readonly accessLog: boolean
+}
+
+/** TI's store API, where requests are forwarded, and the pool's queue in front of it. */
+export interface UpstreamConfig {
+  /** UPSTREAM_URL, without a trailing slash. */
+  readonly url: string
+  readonly timeoutMs: number
   /** How long a request may wait for a connection to the upstream before 503 UPSTREAM_BUSY. */
-  readonly upstreamQueueTimeoutMs: number
+  readonly queueTimeoutMs: number
   /** How many requests may wait for a connection to the upstream; more get 503 UPSTREAM_BUSY at once. */
-  readonly upstreamQueueLimit: number
-  /** MEMORY_LIMIT_BYTES: the limit the overload manager sheds before; 0 for none; undefined: the cgroup's (memory-limit.ts). */
+  readonly queueLimit: number
+}
+
+/** The token endpoint, the credentials sent to it, and the token's lifetime rules. */
+export interface TokenConfig {
+  /** AUTH_URL, without a trailing slash (the token path is appended to it). */
+  readonly authUrl: string
+  readonly clientId: CredentialSource
+  readonly clientSecret: CredentialSource
+  readonly timeoutMs: number
+  readonly refreshMarginMs: number
+  readonly waitMs: number
+}
+
+/** What the overload manager sheds on (src/overload/). */
+export interface OverloadConfig {
+  /** MEMORY_LIMIT_BYTES: the limit shed before; 0 for none; undefined: the cgroup's (memory-limit.ts). */
   readonly memoryLimitBytes: number | undefined
   /** New requests beyond this many in flight get 503 OVERLOADED; 0 for no cap. */
   readonly maxInFlightRequests: number
-  /** New connections beyond this many open get 503 OVERLOADED and are closed; 0 for no bound. */
+  /** New connections to the proxy listener beyond this many open get 503 OVERLOADED and are closed; 0 for no bound. */
   readonly maxConnections: number
+}
+
+/** The admin listener: probes, /metrics and /status. */
+export interface AdminConfig {
+  readonly host: string
+  readonly port: number
   /** New admin connections beyond this many open get 503 and are closed (src/admin/server.ts). */
-  readonly adminMaxConnections: number
-  readonly accessLog: boolean
-  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/config/egress-proxy.ts). */
-  readonly egressProxy: EgressProxy
-  /** Serve the admin /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
+  readonly maxConnections: number
+  /** Serve /status (STATUS_ENDPOINT); false: it answers 404, probes and /metrics stay. */
   readonly statusEndpoint: boolean
   /** STATUS_FROM: `loopback` answers /status 403 to any other peer. */
   readonly statusFrom: StatusFrom
-  readonly logLevel: LogLevel
+}
+
+/** The read cache of rules with cache= (src/cache/). */
+export interface CacheConfig {
+  /** CACHE_MAX_BYTES: the copies in this sidecar's memory, at most. */
+  readonly maxBytes: number
+  /** CACHE_ENTRY_MAX_BYTES: a larger answer is passed on as it comes, not stored. */
+  readonly entryMaxBytes: number
+  /** CACHE_REDIS_MAX_BYTES: the copies in the fleet's Redis, at most; 0: none kept there. */
+  readonly redisMaxBytes: number
+}
+
+export interface ShutdownConfig {
+  readonly graceMs: number
+  readonly delayMs: number
+}
+
+export interface LogConfig {
+  readonly level: LogLevel
   /** LOG_FORMAT: `auto` is `pretty` when stdout is a terminal (src/cli/exit.ts), else `json`. */
-  readonly logFormat: LogFormat
+  readonly format: LogFormat
+}
+
+/** Every setting, in one section per part of the sidecar that reads it. */
+export interface Config {
+  readonly listener: ListenerConfig
+  readonly upstream: UpstreamConfig
+  readonly token: TokenConfig
+  readonly overload: OverloadConfig
+  readonly admin: AdminConfig
   readonly rateLimits: RateLimitConfig
-  /** CACHE_REDIS_MAX_BYTES: the read cache's copies in the fleet's Redis, at most; 0: none kept there. */
-  readonly cacheRedisMaxBytes: number
-  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
-  readonly rateLimitHeaders: boolean
-  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/, the quota ledger under quota/); undefined: none. */
-  readonly stateDir: string | undefined
+  readonly cache: CacheConfig
+  /** HTTPS_PROXY, HTTP_PROXY, NO_PROXY (src/config/egress-proxy.ts). */
+  readonly egress: EgressProxy
+  readonly shutdown: ShutdownConfig
+  readonly log: LogConfig
   /** ALLOWED_ROUTES and TEST_ORDERS (src/policy/). */
   readonly policy: RoutePolicy
+  /** STATE_DIR: a directory for durable state (idempotency keys under idempotency/, the quota ledger under quota/); undefined: none. */
+  readonly stateDir: string | undefined
   /** OpenTelemetry tracing (OTEL_*, src/config/tracing.ts); undefined: off. */
   readonly tracing: TracingConfig | undefined
 }
@@ -109,44 +152,55 @@ export function loadConfig (env: Env, readFile: ReadFileSync = defaultReadFileSy
   }
 
   return Object.freeze({
-    authUrl,
-    clientId,
-    clientSecret,
-    upstreamUrl,
-    host: raw.HOST,
-    port: raw.PORT,
-    adminHost: raw.ADMIN_HOST,
-    adminPort: raw.ADMIN_PORT,
-    tokenTimeoutMs: raw.TOKEN_TIMEOUT_MS,
-    upstreamTimeoutMs: raw.UPSTREAM_TIMEOUT_MS,
-    tokenRefreshMarginMs: raw.TOKEN_REFRESH_MARGIN_MS,
-    tokenWaitMs: raw.TOKEN_WAIT_MS,
-    shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
-    shutdownDelayMs: raw.SHUTDOWN_DELAY_MS,
-    maxHeaderBytes: raw.MAX_HEADER_BYTES,
-    maxHeaderCount: raw.MAX_HEADER_COUNT,
-    maxBodyBytes: raw.MAX_BODY_BYTES,
-    headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
-    requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
-    keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
-    idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
-    upstreamQueueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
-    upstreamQueueLimit: raw.UPSTREAM_QUEUE_LIMIT,
-    memoryLimitBytes: raw.MEMORY_LIMIT_BYTES,
-    maxInFlightRequests: raw.MAX_IN_FLIGHT_REQUESTS,
-    maxConnections: raw.MAX_CONNECTIONS,
-    adminMaxConnections: raw.ADMIN_MAX_CONNECTIONS,
-    accessLog: raw.ACCESS_LOG,
-    statusEndpoint: raw.STATUS_ENDPOINT,
-    statusFrom: raw.STATUS_FROM,
-    logLevel: raw.LOG_LEVEL,
-    logFormat: raw.LOG_FORMAT,
+    listener: Object.freeze({
+      host: raw.HOST,
+      port: raw.PORT,
+      maxHeaderBytes: raw.MAX_HEADER_BYTES,
+      maxHeaderCount: raw.MAX_HEADER_COUNT,
+      maxBodyBytes: raw.MAX_BODY_BYTES,
+      headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
+      idleTimeoutMs: raw.IDLE_TIMEOUT_MS,
+      accessLog: raw.ACCESS_LOG
+    }),
+    upstream: Object.freeze({
+      url: upstreamUrl,
+      timeoutMs: raw.UPSTREAM_TIMEOUT_MS,
+      queueTimeoutMs: raw.UPSTREAM_QUEUE_TIMEOUT_MS,
+      queueLimit: raw.UPSTREAM_QUEUE_LIMIT
+    }),
+    token: Object.freeze({
+      authUrl,
+      clientId,
+      clientSecret,
+      timeoutMs: raw.TOKEN_TIMEOUT_MS,
+      refreshMarginMs: raw.TOKEN_REFRESH_MARGIN_MS,
+      waitMs: raw.TOKEN_WAIT_MS
+    }),
+    overload: Object.freeze({
+      memoryLimitBytes: raw.MEMORY_LIMIT_BYTES,
+      maxInFlightRequests: raw.MAX_IN_FLIGHT_REQUESTS,
+      maxConnections: raw.MAX_CONNECTIONS
+    }),
+    admin: Object.freeze({
+      host: raw.ADMIN_HOST,
+      port: raw.ADMIN_PORT,
+      maxConnections: raw.ADMIN_MAX_CONNECTIONS,
+      statusEndpoint: raw.STATUS_ENDPOINT,
+      statusFrom: raw.STATUS_FROM
+    }),
     rateLimits,
-    cacheRedisMaxBytes: raw.CACHE_REDIS_MAX_BYTES,
-    egressProxy,
-    rateLimitHeaders: raw.RATE_LIMIT_HEADERS,
-    stateDir: orders.stateDir,
+    cache: Object.freeze({
+      maxBytes: raw.CACHE_MAX_BYTES,
+      entryMaxBytes: raw.CACHE_ENTRY_MAX_BYTES,
+      redisMaxBytes: raw.CACHE_REDIS_MAX_BYTES
+    }),
+    egress: egressProxy,
+    shutdown: Object.freeze({ graceMs: raw.SHUTDOWN_GRACE_MS, delayMs: raw.SHUTDOWN_DELAY_MS }),
+    log: Object.freeze({ level: raw.LOG_LEVEL, format: raw.LOG_FORMAT }),
     policy: orders.policy,
+    stateDir: orders.stateDir,
     tracing
   })
 }

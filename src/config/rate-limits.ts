@@ -31,10 +31,8 @@ export interface RateLimitConfig {
    * unset (then a sidecar cut off from Redis spends nothing). Cut off, it spends limit / size.
    */
   readonly fleetSize: number
-  /** CACHE_MAX_BYTES: the read cache's copies in this sidecar's memory, at most (used only by rules with cache=). */
-  readonly cacheMaxBytes: number
-  /** CACHE_ENTRY_MAX_BYTES: a larger answer is passed on as it comes, not stored. */
-  readonly cacheEntryMaxBytes: number
+  /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
+  readonly headers: boolean
 }
 
 /** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
@@ -76,6 +74,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
   if (typed && raw.RATE_LIMIT_COOLDOWN_MS > raw.RATE_LIMIT_COOLDOWN_MAX_MS) {
     problems.push('RATE_LIMIT_COOLDOWN_MS: must not exceed RATE_LIMIT_COOLDOWN_MAX_MS')
   }
+  // The read cache's sizes are Config.cache (load.ts); only rules with cache= use them.
   if (typed && raw.CACHE_ENTRY_MAX_BYTES > raw.CACHE_MAX_BYTES) {
     problems.push('CACHE_ENTRY_MAX_BYTES: must not exceed CACHE_MAX_BYTES')
   }
@@ -91,8 +90,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
     redisUrlFile: redisUrlSource === undefined || redisUrlSource === 'RATE_LIMIT_REDIS_URL' ? undefined : urlFile,
     redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
     fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0,
-    cacheMaxBytes: raw.CACHE_MAX_BYTES,
-    cacheEntryMaxBytes: raw.CACHE_ENTRY_MAX_BYTES
+    headers: raw.RATE_LIMIT_HEADERS
   })
 }
 

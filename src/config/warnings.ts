@@ -10,14 +10,14 @@ export { cachedWaitWarnings } from '../cache/timing.js'
  * request's body) or the access token (in every request's Authorization) would cross the
  * network unencrypted.
  */
-export function plainHttpWarnings (urls: { readonly authUrl: string, readonly upstreamUrl: string }): string[] {
+export function plainHttpWarnings (urls: { readonly token: { readonly authUrl: string }, readonly upstream: { readonly url: string } }): string[] {
   const warnings: string[] = []
   const check = (name: string, value: string, carried: string): void => {
     const url = new URL(value)
     if (url.protocol !== 'http:' || isLoopback(url.hostname)) return
     warnings.push(`${name} is plain http:// to ${url.host}, which is not this machine: ${carried} would cross the network unencrypted; use https://`)
   }
-  check('AUTH_URL', urls.authUrl, 'the client secret')
-  check('UPSTREAM_URL', urls.upstreamUrl, 'the access token')
+  check('AUTH_URL', urls.token.authUrl, 'the client secret')
+  check('UPSTREAM_URL', urls.upstream.url, 'the access token')
   return warnings
 }

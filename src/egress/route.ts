@@ -108,12 +108,12 @@ export function routeDisplay (route: Route): string {
 }
 
 /** The settings, and the way the token endpoint and the upstream go, as /status, check-config and the start log show them: proxies as scheme://host:port only. */
-export function egressSummary (egress: EgressProxy, targets: { authUrl: string, upstreamUrl: string }) {
+export function egressSummary (egress: EgressProxy, targets: { token: { authUrl: string }, upstream: { url: string } }) {
   return {
     HTTPS_PROXY: egress.httpsProxy?.display ?? '',
     HTTP_PROXY: egress.httpProxy?.display ?? '',
     NO_PROXY: egress.noProxy,
-    tokenRoute: routeDisplay(routeFor(targets.authUrl, egress)),
-    upstreamRoute: routeDisplay(routeFor(targets.upstreamUrl, egress))
+    tokenRoute: routeDisplay(routeFor(targets.token.authUrl, egress)),
+    upstreamRoute: routeDisplay(routeFor(targets.upstream.url, egress))
   }
 }

@@ -29,8 +29,8 @@ export interface IdempotencyParts {
 
 /** How long a request may be on its way before a pending key whose sidecar is gone counts as unknown. */
 export function pendingMs (config: Config, marginMs = PENDING_MARGIN_MS): number {
-  const send = config.rateLimits.maxWaitMs + config.upstreamQueueTimeoutMs + config.upstreamTimeoutMs
-  return config.tokenWaitMs + config.tokenTimeoutMs + 2 * send + marginMs
+  const send = config.rateLimits.maxWaitMs + config.upstream.queueTimeoutMs + config.upstream.timeoutMs
+  return config.token.waitMs + config.token.timeoutMs + 2 * send + marginMs
 }
 
 export async function createIdempotency (config: Config, { log, clock, metrics, readFile, timing = {} }: IdempotencyParts): Promise<IdempotencyStage | undefined> {
@@ -42,7 +42,7 @@ export async function createIdempotency (config: Config, { log, clock, metrics, 
   if (redisUrl !== undefined) {
     // The budgets' Redis and key prefix (one credential, one namespace); ioredis only when set.
     const [{ createRedisKeyStore }, { redisKeyPrefix }] = await Promise.all([import('./redis-store.js'), import('../quota/redis-backend.js')])
-    const clientId = 'value' in config.clientId ? config.clientId.value : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
+    const clientId = 'value' in config.token.clientId ? config.token.clientId.value : trimCredential(await (readFile ?? readSecretFile)(config.token.clientId.file))
     const urlFile = config.rateLimits.redisUrlFile
     store = createRedisKeyStore({
       connection: {
@@ -50,7 +50,7 @@ export async function createIdempotency (config: Config, { log, clock, metrics, 
         timeoutMs: config.rateLimits.redisTimeoutMs,
         ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
       },
-      prefix: redisKeyPrefix(config.authUrl, clientId),
+      prefix: redisKeyPrefix(config.token.authUrl, clientId),
       clock,
       log,
       mirror: local,

@@ -40,14 +40,14 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
     // Limits on what callers may send (src/config/schema.ts): oversized heads get 431,
     // slow heads and bodies are cut off, idle connections closed.
     http: {
-      maxHeaderSize: config.maxHeaderBytes,
-      headersTimeout: config.headersTimeoutMs,
+      maxHeaderSize: config.listener.maxHeaderBytes,
+      headersTimeout: config.listener.headersTimeoutMs,
       // Node checks those timeouts every 30 s by default; check often enough to honour them.
-      connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, config.headersTimeoutMs)
+      connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, config.listener.headersTimeoutMs)
     },
-    requestTimeout: config.requestTimeoutMs,
-    keepAliveTimeout: config.keepAliveTimeoutMs,
-    connectionTimeout: config.idleTimeoutMs,
+    requestTimeout: config.listener.requestTimeoutMs,
+    keepAliveTimeout: config.listener.keepAliveTimeoutMs,
+    connectionTimeout: config.listener.idleTimeoutMs,
     // What Node's parser refuses never reaches a route: answered here, in the same shape.
     clientErrorHandler (err, socket) {
       // Nobody to answer: a reset connection (as in Fastify's own handler), or a caller
@@ -59,7 +59,7 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
       const rawPacket = (err as { rawPacket?: unknown }).rawPacket
       const head = Buffer.isBuffer(rawPacket) ? rawPacket : undefined
       const error = err.code === 'HPE_HEADER_OVERFLOW'
-        ? headOverflowError(head, config.maxHeaderCount, config.maxHeaderBytes)
+        ? headOverflowError(head, config.listener.maxHeaderCount, config.listener.maxHeaderBytes)
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new RequestTimeoutError() : new BadRequestError('the request is not valid HTTP')
       // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
       // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
@@ -79,7 +79,7 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
     // A path whose percent-encoding does not decode (`/%zz`) fails in the router, before
     // any hook: answer it like every other refusal, counted and logged, the URL not echoed.
     frameworkErrors: (error, request, reply) => {
-      observeExchange(request, reply.raw, metrics, config.accessLog)
+      observeExchange(request, reply.raw, metrics, config.listener.accessLog)
       sendError(reply, error.code === 'FST_ERR_BAD_URL'
         ? new BadRequestError('the request path has invalid percent-encoding')
         : new BadRequestError('the request could not be routed'), metrics)
@@ -94,7 +94,7 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
     const status = error.statusCode ?? 400
     const method = /^([A-Z]+) /.exec(head?.toString('latin1', 0, 24) ?? '')?.[1] ?? 'OTHER'
     metrics.recordExchange(methodLabel(method), statusClass(status), 'completed', 0)
-    if (config.accessLog) proxyLog.info({ method, statusCode: status, outcome: 'completed', error: error.code }, 'request')
+    if (config.listener.accessLog) proxyLog.info({ method, statusCode: status, outcome: 'completed', error: error.code }, 'request')
     sendError(socket, error, metrics)
   }
   // Node hands CONNECT to a 'connect' listener, or drops the connection without a word.
@@ -103,21 +103,21 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   })
   // Tracing (src/tracing/): a server span from the request's first hook; the proxy's parts wrapped.
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
-  if (config.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
-  limitHeaderCount(proxyServer, config.maxHeaderCount)
+  if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
+  limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)
-  admitRequests(proxyServer, { overload, metrics, accessLog: config.accessLog, maxHeaderCount: config.maxHeaderCount, maxBodyBytes: config.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
-  enforcePolicy(proxyServer, config.policy, metrics, config.accessLog, proxyLog)
+  admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
+  enforcePolicy(proxyServer, config.policy, metrics, config.listener.accessLog, proxyLog)
   await proxyServer.register(proxy, {
-    upstreamUrl: config.upstreamUrl,
+    upstreamUrl: config.upstream.url,
     tokens,
     metrics,
     // Traced closest to the pool: a client span per send that reaches it.
-    upstream: config.policy.testOrders ? testOrderUpstream(tracing?.wrapUpstream(upstream) ?? upstream, config.upstreamUrl) : (tracing?.wrapUpstream(upstream) ?? upstream),
-    accessLog: config.accessLog,
-    maxBodyBytes: config.maxBodyBytes,
+    upstream: config.policy.testOrders ? testOrderUpstream(tracing?.wrapUpstream(upstream) ?? upstream, config.upstream.url) : (tracing?.wrapUpstream(upstream) ?? upstream),
+    accessLog: config.listener.accessLog,
+    maxBodyBytes: config.listener.maxBodyBytes,
     quota: tracing?.wrapQuota(quota) ?? quota,
-    rateLimitHeaders: config.rateLimitHeaders,
+    rateLimitHeaders: config.rateLimits.headers,
     ...(cache === undefined ? {} : { cache: tracing?.wrapCache(cache) ?? cache }),
     ...(idempotency === undefined ? {} : { idempotency }),
     ...(tracing === undefined ? {} : { tracing })

@@ -43,20 +43,20 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
   if (rateLimits.redisUrl !== undefined) {
     const [{ createRedisStore, redisKeyPrefix }, { createFleetStore }] = await Promise.all([
       import('./redis-backend.js'), import('./fleet-store.js')])
-    const clientId = 'value' in config.clientId
-      ? config.clientId.value
-      : trimCredential(await (readFile ?? readSecretFile)(config.clientId.file))
+    const clientId = 'value' in config.token.clientId
+      ? config.token.clientId.value
+      : trimCredential(await (readFile ?? readSecretFile)(config.token.clientId.file))
     const urlFile = rateLimits.redisUrlFile
     const connection = {
       url: rateLimits.redisUrl,
       timeoutMs: rateLimits.redisTimeoutMs,
-      prefix: redisKeyPrefix(config.authUrl, clientId),
+      prefix: redisKeyPrefix(config.token.authUrl, clientId),
       ...(urlFile === undefined ? {} : { currentUrl: () => rereadRedisUrl(urlFile, readSecretFileSync) })
     }
     const redis = createRedisStore({ ...connection, clock })
     // The read cache's connection only when a rule has cache=.
-    if (caching && config.cacheRedisMaxBytes > 0) {
-      shared = (await import('../cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cacheRedisMaxBytes })
+    if (caching && config.cache.redisMaxBytes > 0) {
+      shared = (await import('../cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cache.redisMaxBytes })
     }
     fleet = (onCooldown) => createFleetStore({
       ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
@@ -87,9 +87,9 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
     clock,
     log: log.child({ component: 'cache' }),
     metrics,
-    maxBytes: rateLimits.cacheMaxBytes,
-    entryMaxBytes: rateLimits.cacheEntryMaxBytes,
-    fillMs: rateLimits.maxWaitMs + config.upstreamQueueTimeoutMs + config.upstreamTimeoutMs,
+    maxBytes: config.cache.maxBytes,
+    entryMaxBytes: config.cache.entryMaxBytes,
+    fillMs: rateLimits.maxWaitMs + config.upstream.queueTimeoutMs + config.upstream.timeoutMs,
     ...(shared === undefined ? {} : { shared })
   })
   return { quota, cache }

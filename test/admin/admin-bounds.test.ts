@@ -28,8 +28,8 @@ async function holdHead (t: Test, url: string): Promise<Socket> {
 
 t.test('ADMIN_MAX_CONNECTIONS: default 64, 4 to 10000', async (t) => {
   const base = { CLIENT_ID: 'a', CLIENT_SECRET: 'b', AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example' }
-  t.equal(loadConfig(base).adminMaxConnections, 64)
-  t.equal(loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '4' }).adminMaxConnections, 4)
+  t.equal(loadConfig(base).admin.maxConnections, 64)
+  t.equal(loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '4' }).admin.maxConnections, 4)
   t.throws(() => loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '3' }), /ADMIN_MAX_CONNECTIONS: must be at least 4/)
   t.throws(() => loadConfig({ ...base, ADMIN_MAX_CONNECTIONS: '10001' }), /ADMIN_MAX_CONNECTIONS: must be at most 10000/)
 })

@@ -8,8 +8,8 @@ import { build, startStandIn } from '../helpers/build.js'
 
 t.test('STATUS_FROM: loopback by default, or any; nothing else', async (t) => {
   const base = { CLIENT_ID: 'a', CLIENT_SECRET: 'b', AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example' }
-  t.equal(loadConfig(base).statusFrom, 'loopback')
-  t.equal(loadConfig({ ...base, STATUS_FROM: 'any' }).statusFrom, 'any')
+  t.equal(loadConfig(base).admin.statusFrom, 'loopback')
+  t.equal(loadConfig({ ...base, STATUS_FROM: 'any' }).admin.statusFrom, 'any')
   t.throws(() => loadConfig({ ...base, STATUS_FROM: 'pod' }), /STATUS_FROM: must be one of loopback, any/)
 })
 

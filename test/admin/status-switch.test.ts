@@ -7,8 +7,8 @@ import { build, CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.
 
 t.test('STATUS_ENDPOINT defaults to true and reads booleans', async (t) => {
   const base = { CLIENT_ID, CLIENT_SECRET, AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example' }
-  t.equal(loadConfig(base).statusEndpoint, true)
-  t.equal(loadConfig({ ...base, STATUS_ENDPOINT: 'false' }).statusEndpoint, false)
+  t.equal(loadConfig(base).admin.statusEndpoint, true)
+  t.equal(loadConfig({ ...base, STATUS_ENDPOINT: 'false' }).admin.statusEndpoint, false)
   t.throws(() => loadConfig({ ...base, STATUS_ENDPOINT: 'maybe' }), /STATUS_ENDPOINT/)
 })
 

@@ -35,6 +35,6 @@ t.test('CACHE_ENTRY_MAX_BYTES may not exceed CACHE_MAX_BYTES', async (t) => {
   t.throws(() => loadConfig({ ...env, CACHE_MAX_BYTES: '1048576', CACHE_ENTRY_MAX_BYTES: '2097152' }),
     new ConfigError(['CACHE_ENTRY_MAX_BYTES: must not exceed CACHE_MAX_BYTES']))
   const config = loadConfig(env)
-  t.equal(config.rateLimits.cacheMaxBytes, 32 * 1024 * 1024)
-  t.equal(config.rateLimits.cacheEntryMaxBytes, 8 * 1024 * 1024)
+  t.equal(config.cache.maxBytes, 32 * 1024 * 1024)
+  t.equal(config.cache.entryMaxBytes, 8 * 1024 * 1024)
 })

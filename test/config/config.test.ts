@@ -24,48 +24,41 @@ function problemsOf (env: Record<string, string | undefined>, readFile = noFiles
 t.test('defaults: loopback proxy, admin on all interfaces, documented timeouts', async (t) => {
   const config = loadConfig(base, noFiles)
   t.match(config, {
-    authUrl: 'https://auth.example.test',
-    upstreamUrl: 'https://api.example.test/store',
-    clientId: { value: 'id' },
-    clientSecret: { value: SECRET },
-    host: '127.0.0.1',
-    port: 8080,
-    adminHost: '0.0.0.0',
-    adminPort: 9090,
-    tokenTimeoutMs: 10_000,
-    upstreamTimeoutMs: 30_000,
-    tokenRefreshMarginMs: 300_000,
-    tokenWaitMs: 3000,
-    shutdownGraceMs: 10_000,
-    shutdownDelayMs: 0,
-    maxHeaderBytes: 16384,
-    maxBodyBytes: 0,
-    headersTimeoutMs: 10_000,
-    requestTimeoutMs: 300_000,
-    keepAliveTimeoutMs: 72_000,
-    idleTimeoutMs: 120_000,
-    upstreamQueueTimeoutMs: 5000,
-    upstreamQueueLimit: 1000,
-    accessLog: false,
-    logLevel: 'info'
+    token: { authUrl: 'https://auth.example.test', clientId: { value: 'id' }, clientSecret: { value: SECRET }, timeoutMs: 10_000, refreshMarginMs: 300_000, waitMs: 3000 },
+    upstream: { url: 'https://api.example.test/store', timeoutMs: 30_000, queueTimeoutMs: 5000, queueLimit: 1000 },
+    listener: {
+      host: '127.0.0.1',
+      port: 8080,
+      maxHeaderBytes: 16384,
+      maxBodyBytes: 0,
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 300_000,
+      keepAliveTimeoutMs: 72_000,
+      idleTimeoutMs: 120_000,
+      accessLog: false
+    },
+    admin: { host: '0.0.0.0', port: 9090 },
+    shutdown: { graceMs: 10_000, delayMs: 0 },
+    log: { level: 'info' }
   })
   t.ok(Object.isFrozen(config))
+  for (const section of Object.values(config)) if (typeof section === 'object' && section !== null) t.ok(Object.isFrozen(section), 'each section too')
 })
 
 t.test('numbers and booleans are coerced from strings', async (t) => {
   const config = loadConfig({ ...base, PORT: '18080', ACCESS_LOG: 'true', TOKEN_TIMEOUT_MS: '2500', LOG_LEVEL: 'debug' }, noFiles)
-  t.equal(config.port, 18080)
-  t.equal(config.accessLog, true)
-  t.equal(config.tokenTimeoutMs, 2500)
-  t.equal(config.logLevel, 'debug')
+  t.equal(config.listener.port, 18080)
+  t.equal(config.listener.accessLog, true)
+  t.equal(config.token.timeoutMs, 2500)
+  t.equal(config.log.level, 'debug')
 })
 
 t.test('credentials from files are validated at start and re-read later', async (t) => {
   const files: Record<string, string> = { '/run/secrets/id': 'id\n', '/run/secrets/secret': `${SECRET}\n` }
   const config = loadConfig({ ...base, CLIENT_ID: undefined, CLIENT_SECRET: undefined, CLIENT_ID_FILE: '/run/secrets/id', CLIENT_SECRET_FILE: '/run/secrets/secret' },
     (p) => files[p] ?? noFiles(p))
-  t.same(config.clientId, { file: '/run/secrets/id' })
-  t.same(config.clientSecret, { file: '/run/secrets/secret' })
+  t.same(config.token.clientId, { file: '/run/secrets/id' })
+  t.same(config.token.clientSecret, { file: '/run/secrets/secret' })
 })
 
 const cases: Array<[string, Record<string, string | undefined>, RegExp[]]> = [
@@ -133,17 +126,17 @@ t.test('hostsOverlap: which listen addresses can collide on one port', async (t)
 })
 
 t.test('same ports are fine on distinct addresses, and port 0 never collides', async (t) => {
-  t.equal(loadConfig({ ...base, PORT: '9000', ADMIN_PORT: '9000', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.2' }, noFiles).port, 9000)
-  t.equal(loadConfig({ ...base, PORT: '0', ADMIN_PORT: '0' }, noFiles).port, 0)
+  t.equal(loadConfig({ ...base, PORT: '9000', ADMIN_PORT: '9000', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.2' }, noFiles).listener.port, 9000)
+  t.equal(loadConfig({ ...base, PORT: '0', ADMIN_PORT: '0' }, noFiles).listener.port, 0)
   for (const host of ['::1', '[::1]', 'proxy.internal', '10.1.2.3', 'fe80::1%eth0']) {
-    t.equal(loadConfig({ ...base, HOST: host }, noFiles).host, host, host)
+    t.equal(loadConfig({ ...base, HOST: host }, noFiles).listener.host, host, host)
   }
 })
 
 t.test('other base paths are kept: only the exact trailing paths are refused', async (t) => {
   const config = loadConfig({ ...base, AUTH_URL: 'https://gw.example.test/v1/oauth', UPSTREAM_URL: 'https://gw.example.test/v2/store-eu' }, noFiles)
-  t.equal(config.authUrl, 'https://gw.example.test/v1/oauth')
-  t.equal(config.upstreamUrl, 'https://gw.example.test/v2/store-eu')
+  t.equal(config.token.authUrl, 'https://gw.example.test/v1/oauth')
+  t.equal(config.upstream.url, 'https://gw.example.test/v2/store-eu')
 })
 
 t.test('a credential file with a bad character names the _FILE variable and the file, never the value', async (t) => {
@@ -178,8 +171,8 @@ t.test('every duration is bounded by one day, well inside Node\'s timers, sums o
     TOKEN_WAIT_MS: '1',
     UPSTREAM_QUEUE_TIMEOUT_MS: '1'
   }, noFiles)
-  t.equal(config.tokenTimeoutMs, MAX_DURATION_MS)
-  t.equal(config.shutdownDelayMs + config.shutdownGraceMs <= NODE_TIMER_MAX_MS, true)
+  t.equal(config.token.timeoutMs, MAX_DURATION_MS)
+  t.equal(config.shutdown.delayMs + config.shutdown.graceMs <= NODE_TIMER_MAX_MS, true)
 })
 
 t.test('the stand-in\'s and the caller\'s durations are bounded too', async (t) => {

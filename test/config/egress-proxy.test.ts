@@ -72,7 +72,7 @@ t.test('check-config\'s parse names HTTPS_PROXY for `http://user:50%off@proxy:31
     }
   }
   t.same(problems(), [`HTTPS_PROXY: ${BAD_ESCAPE}`])
-  t.equal(loadConfig({ ...base, HTTPS_PROXY: 'http://user:50%25off@proxy:3128' }).egressProxy.httpsProxy?.authorization, basic('user:50%off'))
+  t.equal(loadConfig({ ...base, HTTPS_PROXY: 'http://user:50%25off@proxy:3128' }).egress.httpsProxy?.authorization, basic('user:50%off'))
 })
 
 t.test('parseProxyUrl, proxyDisplayUrl, defaultPort, basicCredentials, userInfo', async (t) => {

@@ -45,14 +45,14 @@ t.test('credentials: one source each, and an empty variable is as if unset', asy
     ['an empty CLIENT_SECRET and an empty file variable', { CLIENT_SECRET: '', CLIENT_SECRET_FILE: '' }, ['CLIENT_SECRET: is required (or CLIENT_SECRET_FILE)']]
   ])
   // CLIENT_ID with an empty CLIENT_ID_FILE: the value is used and no file is read.
-  t.same(loads({ CLIENT_ID_FILE: '' }).clientId, { value: 'id' })
-  t.same(loads({ CLIENT_ID: '', CLIENT_ID_FILE: '/run/secrets/id' }, { '/run/secrets/id': 'id\n' }).clientId, { file: '/run/secrets/id' })
+  t.same(loads({ CLIENT_ID_FILE: '' }).token.clientId, { value: 'id' })
+  t.same(loads({ CLIENT_ID: '', CLIENT_ID_FILE: '/run/secrets/id' }, { '/run/secrets/id': 'id\n' }).token.clientId, { file: '/run/secrets/id' })
 })
 
 t.test('credential files: one trailing newline (LF or CRLF) is not part of the value; anything else is', async (t) => {
   const fromFile = { CLIENT_SECRET: undefined, CLIENT_SECRET_FILE: '/run/secrets/secret' }
   for (const content of ['secret', 'secret\n', 'secret\r\n']) {
-    t.same(loads(fromFile, { '/run/secrets/secret': content }).clientSecret, { file: '/run/secrets/secret' }, JSON.stringify(content))
+    t.same(loads(fromFile, { '/run/secrets/secret': content }).token.clientSecret, { file: '/run/secrets/secret' }, JSON.stringify(content))
   }
   const bad = (content: string): string[] => problemsOf({ ...base, ...fromFile }, filesOf({ '/run/secrets/secret': content }))
   t.same(bad(''), ['CLIENT_SECRET_FILE: in /run/secrets/secret, the value is empty'])
@@ -74,8 +74,8 @@ t.test('URLs: no credentials of any kind, no query or fragment, no trailing slas
     ['a fragment', { UPSTREAM_URL: 'https://api.example.test/store#top' }, ['UPSTREAM_URL: must not contain a query string or fragment']],
     ['a query', { AUTH_URL: 'https://auth.example.test/?realm=ti' }, ['AUTH_URL: must not contain a query string or fragment']]
   ])
-  t.equal(loads({ UPSTREAM_URL: 'https://api.example.test/store//' }).upstreamUrl, 'https://api.example.test/store')
-  t.equal(loads({ AUTH_URL: 'https://auth.example.test/' }).authUrl, 'https://auth.example.test')
+  t.equal(loads({ UPSTREAM_URL: 'https://api.example.test/store//' }).upstream.url, 'https://api.example.test/store')
+  t.equal(loads({ AUTH_URL: 'https://auth.example.test/' }).token.authUrl, 'https://auth.example.test')
 })
 
 t.test('URLs ending in the path the sidecar adds: the message shows the URL to set, without trailing slashes', async (t) => {
@@ -93,7 +93,7 @@ t.test('listener hosts: names and IP literals only', async (t) => {
   const label63 = 'a'.repeat(63)
   for (const host of ['a', 'x.y', 'proxy.a', `${label63}.internal`, 'store-auth-proxy-0', '3com.com', 'proxy.internal.',
     '10.0.0.1', '255.255.255.255', '::', '[::]', 'fd00::42', '[2001:db8::10]', '::ffff:10.0.0.1']) {
-    t.equal(loads({ HOST: host }).host, host, host)
+    t.equal(loads({ HOST: host }).listener.host, host, host)
   }
   // A label is at most 63 characters; a dotted quad has parts of at most 3 digits, and a name
   // never ends in an all-digit label (`8080` is a port, `10.0.0.1000` a mistyped address).
@@ -112,7 +112,7 @@ t.test('listener hosts: every spelling of the IPv6 any-address overlaps everythi
   }
   t.same(problemsOf({ ...base, PORT: '9000', ADMIN_PORT: '9000', HOST: '0:0:0:0:0:0:0:0', ADMIN_HOST: '10.0.0.1' }),
     ['PORT: equals ADMIN_PORT (9000) on overlapping addresses (HOST=0:0:0:0:0:0:0:0, ADMIN_HOST=10.0.0.1): the two listeners need different ports'])
-  t.equal(loads({ PORT: '9000', ADMIN_PORT: '9000', HOST: '::1', ADMIN_HOST: '10.0.0.1' }).port, 9000)
+  t.equal(loads({ PORT: '9000', ADMIN_PORT: '9000', HOST: '::1', ADMIN_HOST: '10.0.0.1' }).listener.port, 9000)
 })
 
 t.test('MEMORY_LIMIT_BYTES: 0 (no limit) or at least 32 MiB', async (t) => {
@@ -122,9 +122,9 @@ t.test('MEMORY_LIMIT_BYTES: 0 (no limit) or at least 32 MiB', async (t) => {
     ['one byte', { MEMORY_LIMIT_BYTES: '1' }, tooLow],
     ['one byte short', { MEMORY_LIMIT_BYTES: String(32 * MiB - 1) }, tooLow]
   ])
-  t.equal(loads({ MEMORY_LIMIT_BYTES: String(32 * MiB) }).memoryLimitBytes, 32 * MiB)
-  t.equal(loads({ MEMORY_LIMIT_BYTES: '0' }).memoryLimitBytes, 0)
-  t.equal(loads({}).memoryLimitBytes, undefined)
+  t.equal(loads({ MEMORY_LIMIT_BYTES: String(32 * MiB) }).overload.memoryLimitBytes, 32 * MiB)
+  t.equal(loads({ MEMORY_LIMIT_BYTES: '0' }).overload.memoryLimitBytes, 0)
+  t.equal(loads({}).overload.memoryLimitBytes, undefined)
 })
 
 t.test('IDLE_TIMEOUT_MS must exceed every wait a silent request can sit through', async (t) => {
@@ -141,7 +141,7 @@ t.test('IDLE_TIMEOUT_MS must exceed every wait a silent request can sit through'
     ['equal to the sum, RATE_LIMITS_FILE alone', { ...rulesFile, IDLE_TIMEOUT_MS: '39000' }, [withRules], files],
     ['blank RATE_LIMITS is no rules', { RATE_LIMITS: '  ', IDLE_TIMEOUT_MS: '38000' }, [sum]]
   ])
-  t.equal(loads({ IDLE_TIMEOUT_MS: '38001' }).idleTimeoutMs, 38001)
-  t.equal(loads({ ...rules, IDLE_TIMEOUT_MS: '39001' }).idleTimeoutMs, 39001)
-  t.equal(loads({ ...rulesFile, IDLE_TIMEOUT_MS: '39001' }, files).idleTimeoutMs, 39001)
+  t.equal(loads({ IDLE_TIMEOUT_MS: '38001' }).listener.idleTimeoutMs, 38001)
+  t.equal(loads({ ...rules, IDLE_TIMEOUT_MS: '39001' }).listener.idleTimeoutMs, 39001)
+  t.equal(loads({ ...rulesFile, IDLE_TIMEOUT_MS: '39001' }, files).listener.idleTimeoutMs, 39001)
 })

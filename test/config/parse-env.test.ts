@@ -30,7 +30,7 @@ t.test('neither process.env nor a .env file in the working directory is read', a
   const env = parseEnv(schema, base)
   t.equal(env.PORT, 8080)
   t.equal(env.ADMIN_PORT, 9090)
-  t.equal(loadConfig(base, () => '').port, 8080)
+  t.equal(loadConfig(base, () => '').listener.port, 8080)
 })
 
 t.test('schema violations: the variable, the constraint and what is allowed, word for word', async (t) => {

@@ -44,7 +44,7 @@ t.test('an IPv6 literal with one bracket is neither a host name nor an IP addres
     t.same(problems(() => loadConfig({ ...base, HOST: host, ADMIN_HOST: host })),
       ['HOST: is neither a host name nor an IP address', 'ADMIN_HOST: is neither a host name nor an IP address'], host)
   }
-  for (const host of ['[fd00::42]', '[fe80::1%eth0]', '[fe80::1%br-0.1]']) t.equal(loadConfig({ ...base, HOST: host }).host, host, host)
+  for (const host of ['[fd00::42]', '[fe80::1%eth0]', '[fe80::1%br-0.1]']) t.equal(loadConfig({ ...base, HOST: host }).listener.host, host, host)
 })
 
 t.test('listen() gets the address inside the brackets; anything else as it is', async (t) => {

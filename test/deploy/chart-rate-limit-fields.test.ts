@@ -16,6 +16,6 @@ t.test('rateLimits.headers: left true, no variable; false, RATE_LIMIT_HEADERS=fa
   const off = await headersEnv(['--set', 'rateLimits.headers=false'])
   t.equal(off, 'false')
   const config = loadConfig({ AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example', CLIENT_ID: 'i', CLIENT_SECRET: 's', RATE_LIMIT_HEADERS: off ?? '' })
-  t.equal(config.rateLimitHeaders, false, 'read as off by the sidecar')
+  t.equal(config.rateLimits.headers, false, 'read as off by the sidecar')
   t.match(refusal([...example, '--set', 'rateLimits.headers=maybe']), /headers/, 'not a boolean: refused by the schema')
 })

@@ -16,7 +16,7 @@ const head = (count: number): string =>
 
 t.test('MAX_HEADER_COUNT: default 100, 16 to 2000', async (t) => {
   const base = { CLIENT_ID: 'a', CLIENT_SECRET: 'b', AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example' }
-  t.equal(loadConfig(base).maxHeaderCount, 100)
+  t.equal(loadConfig(base).listener.maxHeaderCount, 100)
   t.throws(() => loadConfig({ ...base, MAX_HEADER_COUNT: '15' }), /MAX_HEADER_COUNT: must be at least 16/)
   t.throws(() => loadConfig({ ...base, MAX_HEADER_COUNT: '2001' }), /MAX_HEADER_COUNT: must be at most 2000/)
 })

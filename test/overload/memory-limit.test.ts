@@ -113,10 +113,10 @@ t.test('MEMORY_LIMIT_BYTES overrides the cgroup, 0 included (the memory watch of
 t.test('the settings: MEMORY_LIMIT_BYTES 0 or at least 32 MiB; MAX_IN_FLIGHT_REQUESTS 500 by default, 0 for no cap', async (t) => {
   const env = { AUTH_URL: 'https://auth.example', UPSTREAM_URL: 'https://api.example', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
   const defaults = loadConfig(env)
-  t.equal(defaults.memoryLimitBytes, undefined, 'unset: the cgroup\'s')
-  t.equal(defaults.maxInFlightRequests, 500)
-  t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0' }).maxInFlightRequests, 0)
-  t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: String(32 * MiB) }).memoryLimitBytes, 32 * MiB)
+  t.equal(defaults.overload.memoryLimitBytes, undefined, 'unset: the cgroup\'s')
+  t.equal(defaults.overload.maxInFlightRequests, 500)
+  t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: '0', MAX_IN_FLIGHT_REQUESTS: '0' }).overload.maxInFlightRequests, 0)
+  t.equal(loadConfig({ ...env, MEMORY_LIMIT_BYTES: String(32 * MiB) }).overload.memoryLimitBytes, 32 * MiB)
   t.throws(() => loadConfig({ ...env, MEMORY_LIMIT_BYTES: String(32 * MiB - 1) }), new ConfigError([
     'MEMORY_LIMIT_BYTES: must be 0 (no limit) or at least 33554432 (32 MiB): below it the sidecar would shed every request']))
   t.throws(() => loadConfig({ ...env, MAX_IN_FLIGHT_REQUESTS: '-1' }), ConfigError)

@@ -30,8 +30,7 @@ function config (rules: string, options: Partial<RateLimitConfig> = {}): RateLim
     redisUrlFile: undefined,
     redisTimeoutMs: 500,
     fleetSize: 0,
-    cacheMaxBytes: 1024,
-    cacheEntryMaxBytes: 1024,
+    headers: true,
     ...options
   }
 }

@@ -152,8 +152,7 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     redisUrlFile: undefined,
     redisTimeoutMs: 200,
     fleetSize: 0,
-    cacheMaxBytes: 32 * 1024 * 1024,
-    cacheEntryMaxBytes: 8 * 1024 * 1024
+    headers: true
   })
   const secret = 'Sup3rRedisPass'
   for (const [url, problem] of [
