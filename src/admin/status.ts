@@ -26,7 +26,7 @@ export function configSummary (config: Config): ConfigSummary {
     AUTH_URL: config.token.authUrl,
     tokenUrl: tokenEndpointUrl(config.token.authUrl),
     UPSTREAM_URL: config.upstream.url,
-    // scheme://host:port only: a proxy URL may carry a password.
+    // scheme://host:port only: an egress proxy URL may carry a password.
     ...egressSummary(config.egress, config),
     CLIENT_ID: credentialOrigin('CLIENT_ID', config.token.clientId),
     CLIENT_SECRET: credentialOrigin('CLIENT_SECRET', config.token.clientSecret),

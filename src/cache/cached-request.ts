@@ -15,7 +15,7 @@ export interface CachedRequestOptions {
   quota: QuotaGuard
   /** UPSTREAM_URL: part of every key. */
   upstreamUrl: string
-  /** The proxy's next step with the guard's verdict: forward, or refuse (or a stored answer stands in). */
+  /** The request path's next step with the guard's verdict: forward, or refuse (or a stored answer stands in). */
   actOnVerdict: (request: FastifyRequest, reply: FastifyReply, rule: Rule, verdict: Verdict) => void
   /** Answers the caller from a stored answer. */
   serve: (reply: FastifyReply, entry: Entry, method: string, params: StatusParams, result: CacheResult) => void

@@ -31,7 +31,7 @@ export interface Fill {
   upstreamStatus?: string | string[]
 }
 
-/** Serves a stored answer to one caller (the proxy hijacks its reply first). */
+/** Serves a stored answer to one caller (the request path hijacks its reply first). */
 export type Serve = (entry: Entry, params: StatusParams, result: CacheResult) => void
 
 /** TI's status line and headers arrived: decide whether the answer will be stored, and label them for a pass-through. */

@@ -8,10 +8,10 @@ const SIDECAR_COMMANDS: Record<string, Command> = {
   serve: {
     maxArgs: 0,
     summary: 'run the sidecar (the default when no command is given)',
-    details: `Runs the sidecar: the proxy on HOST:PORT (default 127.0.0.1:8080) and /livez, /readyz,
-/metrics on ADMIN_HOST:ADMIN_PORT (default 0.0.0.0:9090). Needs AUTH_URL, UPSTREAM_URL,
-CLIENT_ID or CLIENT_ID_FILE, CLIENT_SECRET or CLIENT_SECRET_FILE. SIGTERM or SIGINT: stop
-being ready, finish in-flight requests (SHUTDOWN_GRACE_MS), exit 0.
+    details: `Runs the sidecar: the proxy listener on HOST:PORT (default 127.0.0.1:8080), and
+/livez, /readyz, /metrics on ADMIN_HOST:ADMIN_PORT (default 0.0.0.0:9090). Needs AUTH_URL,
+UPSTREAM_URL, CLIENT_ID or CLIENT_ID_FILE, CLIENT_SECRET or CLIENT_SECRET_FILE. SIGTERM or
+SIGINT: stop being ready, finish in-flight requests (SHUTDOWN_GRACE_MS), exit 0.
 Exits 1 on a bad configuration or a port it cannot listen on, with one line saying why.`
   },
   'check-config': {

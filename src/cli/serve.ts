@@ -25,7 +25,7 @@ export function describe (config: Config) {
   return {
     authUrl: config.token.authUrl,
     upstreamUrl: config.upstream.url,
-    // scheme://host:port only: a proxy URL may carry a password.
+    // scheme://host:port only: an egress proxy URL may carry a password.
     egressProxy: egressSummary(config.egress, config),
     clientIdFrom: 'file' in config.token.clientId ? `file ${config.token.clientId.file}` : 'environment',
     clientSecretFrom: 'file' in config.token.clientSecret ? `file ${config.token.clientSecret.file}` : 'environment',

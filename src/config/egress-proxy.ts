@@ -1,12 +1,12 @@
 // The corporate egress proxy's settings: HTTPS_PROXY / HTTP_PROXY / NO_PROXY (and their
 // lower-case forms), read from the env object main.ts passes in, parsed once here so that
 // check-config and serve run the same checks: routing is in egress/route.ts, the
-// connections through the proxy in egress/connection.ts.
+// connections through the egress proxy in egress/connection.ts.
 import { BAD_ESCAPE, userInfo } from './url-credentials.js'
 
 type Env = Record<string, string | undefined>
 
-export interface ProxyUrl {
+export interface EgressProxyUrl {
   /** The URL as given, credentials included: never log or show it (see `display`). */
   readonly href: string
   /** scheme://host:port: what logs, /status and check-config show. */
@@ -19,9 +19,9 @@ export interface ProxyUrl {
 
 export interface EgressProxy {
   /** For https:// targets. */
-  readonly httpsProxy: ProxyUrl | undefined
+  readonly httpsProxy: EgressProxyUrl | undefined
   /** For http:// targets. */
-  readonly httpProxy: ProxyUrl | undefined
+  readonly httpProxy: EgressProxyUrl | undefined
   /** NO_PROXY as given (hosts, never credentials), '' when unset. */
   readonly noProxy: string
 }
@@ -48,7 +48,7 @@ function first (env: Env, names: readonly string[]): { name: string, value: stri
 }
 
 /**
- * Reads the proxy variables from `env`. Each problem is pushed to `problems` (load.ts reports
+ * Reads the egress proxy variables from `env`. Each problem is pushed to `problems` (load.ts reports
  * them all at once); a message names the variable, never its value, which may carry a password.
  */
 export function loadEgressProxy (env: Env, problems: string[]): EgressProxy {
@@ -59,7 +59,7 @@ export function loadEgressProxy (env: Env, problems: string[]): EgressProxy {
   })
 }
 
-function proxyFrom (found: { name: string, value: string } | undefined, problems: string[]): ProxyUrl | undefined {
+function proxyFrom (found: { name: string, value: string } | undefined, problems: string[]): EgressProxyUrl | undefined {
   if (found === undefined) return undefined
   const url = parseProxyUrl(found.value)
   if (url === undefined) {
@@ -74,14 +74,14 @@ function proxyFrom (found: { name: string, value: string } | undefined, problems
   return Object.freeze({ href: url.href, display: proxyDisplayUrl(url), from: found.name, authorization: basicCredentials(user) })
 }
 
-/** The Basic credentials of a proxy's user and password (RFC 9110 §11.7.1), or undefined when it has neither. */
+/** The Basic credentials of an egress proxy's user and password (RFC 9110 §11.7.1), or undefined when it has neither. */
 export function basicCredentials ({ username, password }: { username: string, password: string }): string | undefined {
   if (username === '' && password === '') return undefined
   return `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`
 }
 
 /**
- * A proxy URL; without a scheme, http:// is meant (as curl and Go read it). Only http: and https:
+ * An egress proxy URL; without a scheme, http:// is meant (as curl and Go read it). Only http: and https:
  * proxies (the WHATWG parser refuses either without a host).
  */
 export function parseProxyUrl (value: string): URL | undefined {

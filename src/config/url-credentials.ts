@@ -2,7 +2,7 @@
  * A URL's user and password as they are sent (percent-decoded), or undefined when either holds a
  * `%` not followed by two hex digits (or bytes that are not UTF-8): the WHATWG parser keeps such
  * a `%` as it is, and decoding it later throws URIError wherever that happens (ioredis's parser,
- * the proxy's Basic credentials), so it is refused here, where the variable can be named.
+ * the egress proxy's Basic credentials), so it is refused here, where the variable can be named.
  */
 export function userInfo (url: URL): { username: string, password: string } | undefined {
   try {

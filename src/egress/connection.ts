@@ -1,5 +1,5 @@
 // Connections through the egress proxy (settings and routing: egress-proxy.ts): a CONNECT
-// tunnel for https:// targets (TLS verified end to end, the proxy sees only the tunnel),
+// tunnel for https:// targets (TLS verified end to end, the egress proxy sees only the tunnel),
 // the absolute form for http:// targets (RFC 9112 §3.2.2).
 //
 // Built on undici's own CONNECT client (`Pool#connect`) and TLS-over-a-socket connector
@@ -9,7 +9,7 @@
 // Pool inside an Agent, where the forwarder's bounded queue cannot read its stats; and a
 // refused CONNECT is a RequestAbortedError with the status only in its message text. Here
 // the forwarder keeps its own Pool, request bytes and socket hooks, and every failure of
-// the proxy itself is a named error (http/errors.ts).
+// the egress proxy itself is a named error (http/errors.ts).
 import type { Socket } from 'node:net'
 import { buildConnector, Pool, type Dispatcher } from 'undici'
 import { defaultPort, type Route } from './route.js'
@@ -18,7 +18,7 @@ import {
 } from '../http/errors.js'
 
 export interface EgressConnection {
-  /** The origin a Pool connects to: the target's, or the proxy's for the absolute form. */
+  /** The origin a Pool connects to: the target's, or the egress proxy's for the absolute form. */
   readonly origin: string
   /** Opens one connection (direct, or a CONNECT tunnel), TLS verified for https:// targets. */
   readonly connect: buildConnector.connector
@@ -28,7 +28,7 @@ export interface EgressConnection {
 }
 
 export interface EgressConnectionOptions {
-  /** Bounds the TCP and TLS connects, and the proxy's answer to a CONNECT. */
+  /** Bounds the TCP and TLS connects, and the egress proxy's answer to a CONNECT. */
   connectTimeoutMs: number
 }
 
@@ -42,26 +42,26 @@ export function egressConnection (target: string, route: Route, { connectTimeout
   }
   // The credentials were decoded once, in config (config/egress-proxy.ts).
   const authorization = route.proxy.authorization
-  const proxyOrigin = new URL(route.proxy.href).origin
+  const egressProxyOrigin = new URL(route.proxy.href).origin
   if (url.protocol === 'http:') {
-    // Plain HTTP goes in absolute form through the proxy, which then sees the request.
+    // Plain HTTP goes in absolute form through the egress proxy, which then sees the request.
     return {
-      origin: proxyOrigin,
+      origin: egressProxyOrigin,
       connect: failuresNamed(direct),
       absoluteForm: { prefix: url.origin, authorization },
       close: async () => {}
     }
   }
-  const toProxy = new Pool(proxyOrigin, {
+  const toEgressProxy = new Pool(egressProxyOrigin, {
     connect: failuresNamed(direct),
-    // The proxy's answer to a CONNECT: a proxy that takes the connection and stays silent times out.
+    // The egress proxy's answer to a CONNECT: one that takes the connection and stays silent times out.
     headersTimeout: connectTimeoutMs
   })
   return {
     origin: url.origin,
     connect: (options, callback) => {
       const authority = `${options.hostname}:${options.port === '' ? defaultPort(options.protocol) : options.port}`
-      toProxy.connect({
+      toEgressProxy.connect({
         path: authority,
         headers: { host: authority, ...(authorization === undefined ? {} : { 'proxy-authorization': authorization }) }
       }).then(({ statusCode, socket }) => {
@@ -72,18 +72,18 @@ export function egressConnection (target: string, route: Route, { connectTimeout
         }
         // TLS to the target itself, through the tunnel: verified against the target's name.
         direct({ ...options, httpSocket: socket as Socket }, callback)
-      }, (err: unknown) => { callback(proxyFailure(err), null) })
+      }, (err: unknown) => { callback(egressProxyFailure(err), null) })
     },
     absoluteForm: undefined,
-    close: () => toProxy.close()
+    close: () => toEgressProxy.close()
   }
 }
 
-/** A connector whose failures to reach the proxy are named as such. */
+/** A connector whose failures to reach the egress proxy are named as such. */
 function failuresNamed (connect: buildConnector.connector): buildConnector.connector {
   return (options, callback) => {
     connect(options, (err, socket) => {
-      if (err !== null) callback(proxyFailure(err), null)
+      if (err !== null) callback(egressProxyFailure(err), null)
       else callback(null, socket)
     })
   }
@@ -91,17 +91,17 @@ function failuresNamed (connect: buildConnector.connector): buildConnector.conne
 
 const TIMEOUTS = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'ETIMEDOUT'])
 
-function proxyFailure (err: unknown): Error {
+function egressProxyFailure (err: unknown): Error {
   if (err instanceof EgressProxyUnreachableError || err instanceof EgressProxyTimeoutError) return err
   const code = (err as { code?: string }).code ?? ''
   return TIMEOUTS.has(code) ? new EgressProxyTimeoutError({ cause: err }) : new EgressProxyUnreachableError({ cause: err })
 }
 
 /**
- * A CONNECT the proxy answered other than 200: 407, our credentials (401 too: the target is
- * not reached yet, so it can only be the proxy's, and tinyproxy answers wrong credentials
- * so); a 5xx, the proxy could not reach the target (the target is what is unreachable);
- * any other, the proxy's refusal.
+ * A CONNECT the egress proxy answered other than 200: 407, our credentials (401 too: the target is
+ * not reached yet, so it can only be the egress proxy's, and tinyproxy answers wrong credentials
+ * so); a 5xx, the egress proxy could not reach the target (the target is what is unreachable);
+ * any other, the egress proxy's refusal.
  */
 export function connectRefusal (statusCode: number): Error {
   if (statusCode === 407 || statusCode === 401) return new EgressProxyAuthError(statusCode)
@@ -112,7 +112,7 @@ export function connectRefusal (statusCode: number): Error {
   return new EgressProxyRefusedError(statusCode)
 }
 
-/** Adds the proxy's credentials to a request's headers, flat list or object, as given. */
+/** Adds the egress proxy's credentials to a request's headers, flat list or object, as given. */
 function withHeader (headers: Dispatcher.DispatchOptions['headers'], name: string, value: string): Dispatcher.DispatchOptions['headers'] {
   if (headers == null) return [name, value]
   if (Array.isArray(headers)) return [...(headers as string[]), name, value]
@@ -123,8 +123,8 @@ function withHeader (headers: Dispatcher.DispatchOptions['headers'], name: strin
 }
 
 /**
- * A request in absolute form: the path becomes the target's URL, the proxy's credentials
- * go in Proxy-Authorization, and a 407 is the proxy's refusal (RFC 9110 §15.5.8: only a
+ * A request in absolute form: the path becomes the target's URL, the egress proxy's credentials
+ * go in Proxy-Authorization, and a 407 is the egress proxy's refusal (RFC 9110 §15.5.8: only a
  * proxy sends it), never an answer to pass on.
  */
 export function absoluteFormRequest<T extends Dispatcher.DispatchOptions> (
@@ -164,7 +164,7 @@ function bound (handler: Dispatcher.DispatchHandler): Dispatcher.DispatchHandler
 /**
  * A dispatcher for one target (the token endpoint), going the way `route` says; in
  * absolute form each request is rewritten (absoluteFormRequest). `close` releases the
- * connections to the target and to the proxy.
+ * connections to the target and to the egress proxy.
  */
 export function egressDispatcher (target: string, route: Route, options: EgressConnectionOptions): { dispatcher: Dispatcher, close: () => Promise<void> } {
   const connection = egressConnection(target, route, options)

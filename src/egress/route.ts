@@ -1,12 +1,12 @@
 // Which way each target goes: through which egress proxy, or direct and why. Pure and light
 // (check-config loads it): the settings are parsed in config/egress-proxy.ts, the connections
-// through the proxy are in egress/connection.ts.
+// through the egress proxy are in egress/connection.ts.
 import { BlockList, isIP } from 'node:net'
-import { defaultPort, type EgressProxy, type ProxyUrl } from '../config/egress-proxy.js'
+import { defaultPort, type EgressProxy, type EgressProxyUrl } from '../config/egress-proxy.js'
 
 export {
   defaultPort, EGRESS_VARIABLES, loadEgressProxy, NO_EGRESS_PROXY, parseProxyUrl, proxyDisplayUrl,
-  type EgressProxy, type ProxyUrl
+  type EgressProxy, type EgressProxyUrl
 } from '../config/egress-proxy.js'
 
 // --- NO_PROXY -------------------------------------------------------------------------
@@ -64,7 +64,7 @@ LOOPBACK.addAddress('::1', 'ipv6')
 /**
  * Loopback is never sent through a proxy, whatever NO_PROXY says (as Go's
  * ProxyFromEnvironment does): the stand-in, the demo and a node-local TI double are on
- * this machine, and a proxy elsewhere cannot reach them.
+ * this machine, and an egress proxy elsewhere cannot reach them.
  */
 export function isLoopback (hostname: string): boolean {
   const host = hostname.toLowerCase().replace(/^\[|\]$/g, '')
@@ -74,7 +74,7 @@ export function isLoopback (hostname: string): boolean {
 }
 
 /** Whether NO_PROXY sends `target` direct. Pure. */
-export function bypassesProxy (target: URL, noProxy: string): boolean {
+export function bypassesEgressProxy (target: URL, noProxy: string): boolean {
   const entries = parseNoProxy(noProxy)
   if (entries === '*') return true
   const host = target.hostname.toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, '')
@@ -90,15 +90,15 @@ export function bypassesProxy (target: URL, noProxy: string): boolean {
 
 export type Route =
   | { readonly via: 'direct', readonly why: 'no proxy set' | 'loopback' | 'NO_PROXY' }
-  | { readonly via: 'proxy', readonly proxy: ProxyUrl }
+  | { readonly via: 'proxy', readonly proxy: EgressProxyUrl }
 
-/** How a request to `target` leaves: through which proxy, or direct and why. Pure. */
+/** How a request to `target` leaves: through which egress proxy, or direct and why. Pure. */
 export function routeFor (target: string, egress: EgressProxy): Route {
   const url = new URL(target)
   const proxy = url.protocol === 'https:' ? egress.httpsProxy : egress.httpProxy
   if (proxy === undefined) return { via: 'direct', why: 'no proxy set' }
   if (isLoopback(url.hostname)) return { via: 'direct', why: 'loopback' }
-  if (bypassesProxy(url, egress.noProxy)) return { via: 'direct', why: 'NO_PROXY' }
+  if (bypassesEgressProxy(url, egress.noProxy)) return { via: 'direct', why: 'NO_PROXY' }
   return { via: 'proxy', proxy }
 }
 

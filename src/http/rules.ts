@@ -1,4 +1,4 @@
-// What may cross the proxy, as pure functions: which request targets are
+// What may cross the sidecar, as pure functions: which request targets are
 // accepted, and which headers are forwarded in each direction.
 
 type Headers = Record<string, string | string[] | number | undefined>
@@ -8,9 +8,9 @@ export const FORWARDED_METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', '
 
 /**
  * Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, never the
- * message, so a proxy must not forward them. `expect` joins them because the
+ * message, so an intermediary must not forward them. `expect` joins them because the
  * sidecar answers `100-continue` itself (RFC 9110 §10.1.1), and the two
- * `proxy-*` credentials headers are meant for a proxy, never for the upstream.
+ * `proxy-*` credentials headers are meant for an HTTP proxy, never for the upstream.
  */
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade',

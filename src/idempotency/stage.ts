@@ -1,7 +1,7 @@
 // The idempotency stage of the request path (draft-ietf-httpapi-idempotency-key-header): on a
 // rule with idempotency=, a request's key is taken before its budget or TI are asked; a key
 // someone holds is answered here (TI's stored answer, 409, 422) and never sent again. The
-// proxy tells the stage what became of a taken key's request: sent, answered, not sent, cut.
+// request path tells the stage what became of a taken key's request: sent, answered, not sent, cut.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Readable } from 'node:stream'
 import { matchRule, type IdempotencyOption, type Rule } from '../config/rate-limit-rules.js'

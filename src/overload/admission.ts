@@ -80,7 +80,7 @@ export interface AdmissionOptions {
   metrics: Metrics
   accessLog: boolean
   maxHeaderCount: number
-  /** MAX_BODY_BYTES: a longer announced body gets no 100 (the proxy stage answers 413). */
+  /** MAX_BODY_BYTES: a longer announced body gets no 100 (the request path's body stage answers 413). */
   maxBodyBytes: number
   /** With tracing on: each decision, on the request's span (src/tracing/request.ts). */
   traced?: (res: ServerResponse, reason: string | undefined) => void
@@ -116,7 +116,7 @@ export function admitRequests (server: FastifyInstance, { overload, metrics, acc
     }
     // Flowing from here: Node then does not read it again to discard it after the answer.
     req.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
-    // Counted and logged like every answer (the proxy scope's own hook does not run for it).
+    // Counted and logged like every answer (the request path's own hook does not run for it).
     observeExchange(request, reply.raw, metrics, accessLog)
     sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
   })

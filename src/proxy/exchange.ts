@@ -57,7 +57,7 @@ export const DISCARD_BODY_MS = 2_000
 /**
  * Counts and logs one exchange when its answer closes, finished or not: the status
  * line actually sent (none when the caller got none) and how the exchange ended.
- * Used by the proxy scope's onRequest hook and for the answers Fastify makes
+ * Used by the request path's onRequest hook and for the answers Fastify makes
  * before any route runs (bad URL, CONNECT).
  */
 export function observeExchange (

@@ -1,5 +1,5 @@
 // The request path's stages, as they hand a request on to each other. plugin.ts composes them
-// in order; each stage is a file of its own (stages/), built from the proxy's options and this
+// in order; each stage is a file of its own (stages/), built from the path's options and this
 // table of the others, through which a later stage (a 401 replay) can send a request again.
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import type { Rule } from '../config/rate-limit-rules.js'
@@ -16,7 +16,7 @@ import type { TokenManager } from '../token/token-manager.js'
 import type { RequestTracing } from '../tracing/request.js'
 import type { HeldAnswer, Upstream } from '../upstream/forward.js'
 
-export interface ProxyOptions {
+export interface PathOptions {
   upstreamUrl: string
   tokens: TokenManager
   metrics: Metrics
@@ -38,7 +38,7 @@ export interface ProxyOptions {
 }
 
 /** What every stage is built from: the options, and the RateLimit fields when they are on. */
-export interface StageOptions extends ProxyOptions {
+export interface StageOptions extends PathOptions {
   fields: ReturnType<typeof createRateLimitFields> | undefined
 }
 

@@ -1,4 +1,4 @@
-// The proxy scope: the request path composed, in order, from its stages (stages/, one file
+// The request path's scope: its stages composed, in order, from its stages (stages/, one file
 // each; path.ts says what each hands on). Admission from the head and the route policy ran
 // before, in server.ts's onRequest hooks.
 //
@@ -13,12 +13,12 @@
 //   errors      exchange.ts  any stage's error as the caller's answer
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
-import httpProxy from '@fastify/http-proxy'
+import fastifyHttpProxy from '@fastify/http-proxy'
 import { MethodNotAllowedError, sendError } from '../http/errors.js'
 import { FORWARDED_METHODS } from '../http/rules.js'
 import { createRateLimitFields } from '../quota/rate-limit-fields.js'
 import { createAnswers, observeExchange, type Exchange } from './exchange.js'
-import type { Path, ProxyOptions, StageOptions } from './path.js'
+import type { Path, PathOptions, StageOptions } from './path.js'
 import { createBudgetStage } from './stages/budget.js'
 import { createCacheStage } from './stages/cached.js'
 import { createKeyedStage } from './stages/keyed.js'
@@ -30,13 +30,13 @@ import { createUpstreamStage } from './stages/upstream.js'
 export {
   callerGone, DISCARD_BODY_MS, forwardedPath, observeExchange, REPLAY_BODY_MAX_BYTES, REPLAY_BUFFER_TOTAL_BYTES, type Exchange
 } from './exchange.js'
-export type { ProxyOptions } from './path.js'
+export type { PathOptions } from './path.js'
 
-async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise<void> {
-  const { upstreamUrl, metrics, accessLog, quota, idempotency } = proxyOptions
+async function requestPath (app: FastifyInstance, pathOptions: PathOptions): Promise<void> {
+  const { upstreamUrl, metrics, accessLog, quota, idempotency } = pathOptions
   // RateLimit fields: on admission, a stored answer and a local refusal (src/quota/rate-limit-fields.ts).
-  const fields = proxyOptions.rateLimitHeaders === true ? createRateLimitFields((rule) => quota.budget(rule)) : undefined
-  const options: StageOptions = { ...proxyOptions, fields }
+  const fields = pathOptions.rateLimitHeaders === true ? createRateLimitFields((rule) => quota.budget(rule)) : undefined
+  const options: StageOptions = { ...pathOptions, fields }
 
   // The stages, each built from the options and this table of the others (filled below).
   const path = {} as Path
@@ -123,7 +123,7 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
   app.setNotFoundHandler((request, reply) => {
     sendError(reply, new MethodNotAllowedError(request.method), metrics)
   })
-  // The proxy never parses, decodes or re-encodes a body, whatever its type: every
+  // The request path never parses, decodes or re-encodes a body, whatever its type: every
   // body reaches the preHandler as the caller's byte stream (MAX_BODY_BYTES is the
   // only limit). http-proxy's own parsers cover only JSON and the catch-all; Fastify's
   // text/plain one would remain, with its 1 MiB limit and its UTF-8 decoding.
@@ -137,7 +137,7 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
     else done(problem)
   })
 
-  await app.register(httpProxy, {
+  await app.register(fastifyHttpProxy, {
     upstream: upstreamUrl,
     // http-proxy routes every path and method, refuses destinations that would leave
     // UPSTREAM_URL's base path and runs the preHandler; upstream.ts sends the request
@@ -153,5 +153,5 @@ async function proxy (app: FastifyInstance, proxyOptions: ProxyOptions): Promise
   })
 }
 
-// Stryker disable next-line ObjectLiteral,StringLiteral,BooleanLiteral: equivalent: the proxy is the last and only routed plugin on its server; fastify-plugin's name, range and encapsulation change nothing a request meets
-export default fp(proxy, { name: 'store-auth-proxy', fastify: '5.x', encapsulate: true })
+// Stryker disable next-line ObjectLiteral,StringLiteral,BooleanLiteral: equivalent: the request path is the last and only routed plugin on its server; fastify-plugin's name, range and encapsulation change nothing a request meets
+export default fp(requestPath, { name: 'store-auth-proxy', fastify: '5.x', encapsulate: true })

@@ -1,7 +1,7 @@
 // The proxy listener: Fastify with the callers' limits (head size, timeouts), the answers
 // Node's parser forces (CONNECT, malformed HTTP), then the request path in order: tracing's
-// first hook, the connection gate, admission, the route policy, and the proxy stages
-// (plugin.ts). app.ts builds the parts and hands them here.
+// first hook, the connection gate, admission, the route policy, and the request path's
+// stages (plugin.ts). app.ts builds the parts and hands them here.
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
@@ -21,14 +21,14 @@ import type { TokenManager } from '../token/token-manager.js'
 import type { RequestTracing } from '../tracing/request.js'
 import type { Upstream } from '../upstream/forward.js'
 import { pendingResponse } from '../upstream/socket-internals.js'
-import proxy, { observeExchange } from './plugin.js'
+import requestPath, { observeExchange } from './plugin.js'
 
 /** How often the proxy listener checks its callers' header and request timeouts. */
 export const CONNECTIONS_CHECK_MS = 2_000
 
 export interface ProxyParts { tokens: TokenManager, metrics: Metrics, upstream: Upstream, quota: QuotaGuard, overload: OverloadManager, cache?: ReadCache, idempotency?: IdempotencyStage, tracing?: RequestTracing }
 
-/** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the proxy scope. */
+/** The proxy listener: Fastify with the callers' limits, the answers Node's parser forces, and the request path. */
 export async function createProxyServer (config: Config, log: Logger, { tokens, metrics, upstream, quota, overload, cache, idempotency, tracing }: ProxyParts): Promise<FastifyInstance> {
   const proxyLog = log.child({ listener: 'proxy' })
   const proxyServer = Fastify({
@@ -101,14 +101,14 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   proxyServer.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     answerRaw(socket, Buffer.from('CONNECT '), new MethodNotAllowedError('CONNECT'))
   })
-  // Tracing (src/tracing/): a server span from the request's first hook; the proxy's parts wrapped.
+  // Tracing (src/tracing/): a server span from the request's first hook; the request path's parts wrapped.
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)
   admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
   enforcePolicy(proxyServer, config.policy, metrics, config.listener.accessLog, proxyLog)
-  await proxyServer.register(proxy, {
+  await proxyServer.register(requestPath, {
     upstreamUrl: config.upstream.url,
     tokens,
     metrics,

@@ -25,7 +25,7 @@ export interface RefusalOptions {
 /**
  * The pacing after refusals. The first refusal of a run (of either kind) is retried at
  * once: a request sent just before a secret was rotated in place carries the old secret,
- * and the retry reads the new one; a proxy's 407 may be its authentication backend's
+ * and the retry reads the new one; an egress proxy's 407 may be its authentication backend's
  * passing fault. Every refusal after it waits rejectedRetryMs, with one ERROR per kind
  * and incident. A success or another kind of failure ends the run.
  */
@@ -34,15 +34,15 @@ export function createRefusals ({ log, tokenUrl, credentials, rejectedRetryMs, r
   let first: TokenRequestError | undefined
   /** Refused again after the quick retry, by the token endpoint; by the egress proxy. */
   let byEndpoint = false
-  let byProxy = false
+  let byEgressProxy = false
   const variables = [credentials.clientId.variable, credentials.clientSecret.variable]
-  // The variable that holds the proxy's URL, user and password, for the token endpoint's scheme.
-  const proxyVariable = tokenUrl?.startsWith('http:') === true ? 'HTTP_PROXY' : 'HTTPS_PROXY'
+  // The variable that holds the egress proxy's URL, user and password, for the token endpoint's scheme.
+  const egressProxyVariable = tokenUrl?.startsWith('http:') === true ? 'HTTP_PROXY' : 'HTTPS_PROXY'
 
   /** Returns the delay before the next attempt. */
   function refused (error: TokenRequestError): number {
-    const proxy = error.outcome === 'proxy_rejected'
-    const fields = proxy
+    const egressProxy = error.outcome === 'proxy_rejected'
+    const fields = egressProxy
       ? { url: tokenUrl, reason: error.message }
       : { url: tokenUrl, oauthError: error.oauthError, statusCode: error.statusCode, credentials: variables }
     if (first === undefined) {
@@ -50,20 +50,20 @@ export function createRefusals ({ log, tokenUrl, credentials, rejectedRetryMs, r
       const retryInMs = backoffDelay(1, random())
       // A directive reaches only the mutants on the first line of the node it precedes: one line.
       // Stryker disable next-line StringLiteral: log wording
-      const message = proxy ? 'egress proxy refused our credentials; retrying once' : 'token endpoint rejected the client credentials; retrying once with the credentials read again'
+      const message = egressProxy ? 'egress proxy refused our credentials; retrying once' : 'token endpoint rejected the client credentials; retrying once with the credentials read again'
       log.warn({ ...fields, retryInMs }, message)
       return retryInMs
     }
     // One clear ERROR per incident; the retries that follow are only debug noise.
-    if (proxy ? !byProxy : !byEndpoint) {
-      log.error({ ...fields, retryInMs: rejectedRetryMs }, proxy
-        ? `egress proxy refused our credentials; check the user and password in ${proxyVariable}`
+    if (egressProxy ? !byEgressProxy : !byEndpoint) {
+      log.error({ ...fields, retryInMs: rejectedRetryMs }, egressProxy
+        ? `egress proxy refused our credentials; check the user and password in ${egressProxyVariable}`
         : `token endpoint rejected the client credentials; check ${credentialsInUse(credentials)}`)
     } else {
       // Stryker disable next-line StringLiteral: a debug line's wording
       log.debug({ outcome: error.outcome, oauthError: error.oauthError, retryInMs: rejectedRetryMs }, 'credentials still refused')
     }
-    if (proxy) byProxy = true
+    if (egressProxy) byEgressProxy = true
     else byEndpoint = true
     return rejectedRetryMs
   }
@@ -73,10 +73,10 @@ export function createRefusals ({ log, tokenUrl, credentials, rejectedRetryMs, r
     // Stryker disable next-line StringLiteral: log wording
     if (byEndpoint) log.info('token endpoint accepts the client credentials again')
     // Stryker disable next-line StringLiteral: log wording
-    if (byProxy) log.info('egress proxy accepts our credentials again')
+    if (byEgressProxy) log.info('egress proxy accepts our credentials again')
     first = undefined
     byEndpoint = false
-    byProxy = false
+    byEgressProxy = false
   }
 
   return {

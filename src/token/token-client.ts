@@ -134,7 +134,7 @@ function transportError (err: unknown, signal: AbortSignal, timeoutMs: number): 
   if (signal.aborted) {
     return new TokenRequestError('timeout', `token endpoint did not answer within ${timeoutMs} ms`)
   }
-  // The proxy's own failure, named for it: not the token endpoint's.
+  // The egress proxy's own failure, named for it: not the token endpoint's.
   if (isEgressProxyError(err)) {
     // Stryker disable next-line Regex: every egress error's message begins with "the ", so the first match is the anchored one
     const message = err.message.replace(/^the /, '')

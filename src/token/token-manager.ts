@@ -266,7 +266,7 @@ function createTokenKeeper (options: TokenManagerOptions & { clock: Clock }) {
   function mayStartOnDemand (): boolean {
     if (timer.kind !== 'retry') return true
     const { lastFailure } = record
-    // Refused credentials (the endpoint's or the proxy's) and a Retry-After: wait them out.
+    // Refused credentials (the endpoint's or the egress proxy's) and a Retry-After: wait them out.
     if (lastFailure === undefined || refusals.inRun() || lastFailure.retryAfterMs !== undefined) return false
     const now = clock.now()
     return now - record.lastFailedAt >= DEMAND_RETRY_INTERVAL_MS && (timer.nextAttemptAt ?? 0) - now > DEMAND_RETRY_INTERVAL_MS

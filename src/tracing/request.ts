@@ -1,9 +1,9 @@
-// What one proxied request did, as spans: a server span per exchange continuing the caller's
+// What one forwarded request did, as spans: a server span per exchange continuing the caller's
 // context (W3C traceparent), a client span per send to TI whose traceparent TI receives, and
 // the sidecar's decisions as events on the server span: overload admission or shed, the wait
 // for a token (linked to the token request's own span, shared by every request that waits),
-// the quota verdict, the cache's answer, a 401 replay, TI's error identifiers. The proxy's
-// parts are wrapped (quota guard, upstream pool, read cache), not edited: with tracing off
+// the quota verdict, the cache's answer, a 401 replay, TI's error identifiers. The request
+// path's parts are wrapped (quota guard, upstream pool, read cache), not edited: with tracing off
 // none of this is loaded. HTTP attributes follow the semantic conventions (http.*, url.*).
 import type { ServerResponse } from 'node:http'
 import {

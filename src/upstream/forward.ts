@@ -45,7 +45,7 @@ export function createUpstream (options: UpstreamOptions) {
   // A reset that undici takes for the end of an answer, seen (src/upstream/socket-internals.ts).
   const resets = createResetWatch()
   // Direct, or through the egress proxy (a CONNECT tunnel, or the absolute form to the
-  // proxy's origin for plain HTTP); TLS to the upstream verified either way. The socket
+  // egress proxy's origin for plain HTTP); TLS to the upstream verified either way. The socket
   // guards apply to the socket undici reads the answer from, tunnelled or not.
   const egress = egressConnection(url, route, { connectTimeoutMs })
   const absoluteForm = egress.absoluteForm

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { bypassesProxy, isLoopback, loadEgressProxy, parseProxyUrl, proxyDisplayUrl, routeDisplay, routeFor } from '../../src/egress/route.js'
+import { bypassesEgressProxy, isLoopback, loadEgressProxy, parseProxyUrl, proxyDisplayUrl, routeDisplay, routeFor } from '../../src/egress/route.js'
 
 // The variables, read the standard way, and which way each target goes: pure, no sockets.
 
@@ -73,7 +73,7 @@ t.test('NO_PROXY: hosts, suffixes, *, ports, IP addresses and ranges', async (t)
     ['https://10.1.2.3', 'ti.com', false]
   ]
   for (const [target, noProxy, direct] of cases) {
-    t.equal(bypassesProxy(new URL(target), noProxy), direct, `${target} with NO_PROXY=${JSON.stringify(noProxy)}`)
+    t.equal(bypassesEgressProxy(new URL(target), noProxy), direct, `${target} with NO_PROXY=${JSON.stringify(noProxy)}`)
   }
 })
 

@@ -1,4 +1,4 @@
-// What the caller sent, the first stages of the proxy scope. From the head alone (onRequest),
+// What the caller sent, the first stages of the request path. From the head alone (onRequest),
 // refused before anything is read: TRACE (the upstream would echo the token back) and every
 // method outside the forwarded set, whatever Fastify thinks of it (QUERY); a request target
 // that is not a plain path below UPSTREAM_URL; headers that are not what they claim. Then the
