@@ -121,7 +121,7 @@ export function createConversation (options: ConversationOptions) {
         const reply = await redis.heartbeat(member, scopes)
         if (reply.code === 'ok') {
           learn(reply)
-          for (const [scope, ms] of reply.cooldowns) if (cooldowns.hold(scope, ms)) onCooldown(scope)
+          for (const [scope, ms] of reply.cooldowns) if (cooldowns.adopt(scope, ms)) onCooldown(scope)
         } else if (reply.code === 'epoch') {
           setState('degraded')
           await reassert()

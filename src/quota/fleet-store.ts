@@ -110,7 +110,7 @@ export function createFleetStore (options: FleetStoreOptions) {
         return admit(ledger, scope, limits, id)
       case 'cooldown':
         learn(reply)
-        if (cooldowns.hold(scope, reply.ms)) onCooldown(scope)
+        if (cooldowns.adopt(scope, reply.ms)) onCooldown(scope)
         return { kind: 'cooldown', ms: reply.ms }
       case 'budget':
         learn(reply)
@@ -148,7 +148,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     coolDown (scope: string, request: CooldownRequest): number {
       const ms = cooldowns.start(scope, request)
       if (view.state === 'shared') {
-        redis.coolDown(scope, request).then((sharedMs) => { if (cooldowns.hold(scope, sharedMs)) onCooldown(scope) }, fallBack)
+        redis.coolDown(scope, request).then((sharedMs) => { if (cooldowns.adopt(scope, sharedMs)) onCooldown(scope) }, fallBack)
       }
       return ms
     }

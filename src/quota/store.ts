@@ -74,8 +74,8 @@ export function nextCooldownMs (request: CooldownRequest, activeMs: number, prev
 export interface Cooldowns {
   /** Starts (or lengthens) a cool-down after a gateway rate-limit answer; the ms until it ends. */
   start: (scope: string, request: CooldownRequest) => number
-  /** Holds one learned elsewhere (`ms` from now); never shortens one under way. Whether it lengthened. */
-  hold: (scope: string, ms: number) => boolean
+  /** Adopts one learned elsewhere (`ms` from now) unless one under way ends later; says whether it did. */
+  adopt: (scope: string, ms: number) => boolean
   /** Ms left of the scope's cool-down, 0 for none. */
   left: (scope: string) => number
   /** Every cool-down under way, with its monotonic end. */
@@ -97,7 +97,7 @@ export function createCooldowns (clock: Clock): Cooldowns {
     return lengthMs
   }
 
-  function hold (scope: string, ms: number): boolean {
+  function adopt (scope: string, ms: number): boolean {
     const endsAt = clock.now() + ms
     const current = cooldowns.get(scope)
     if (ms <= 0 || (current !== undefined && current.endsAt >= endsAt)) return false
@@ -115,7 +115,7 @@ export function createCooldowns (clock: Clock): Cooldowns {
     return [...cooldowns].filter(([, c]) => c.endsAt > now).map(([scope, c]) => ({ scope, endsAt: c.endsAt }))
   }
 
-  return { start, hold, left, active }
+  return { start, adopt, left, active }
 }
 
 /** Ids of sends: this sidecar's id (random per start) and a counter, unique in the fleet. */

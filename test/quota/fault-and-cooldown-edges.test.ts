@@ -65,12 +65,12 @@ t.test('cool-downs: the backoff forgets the last one exactly its own length afte
   t.equal(cooldowns.start('r', plain), 1000, 'exactly 2000 ms after the 2000 ms one ended: the base again')
 })
 
-t.test('cool-downs: holding one learned elsewhere lengthens only when it ends later', async (t) => {
+t.test('cool-downs: adopting one learned elsewhere lengthens only when it ends later', async (t) => {
   const c = fakeClock()
   const cooldowns = createCooldowns(c.clock)
-  t.equal(cooldowns.hold('r', 5000), true)
-  t.equal(cooldowns.hold('r', 5000), false, 'the same end: nothing lengthened')
-  t.equal(cooldowns.hold('r', 4000), false, 'an earlier end never shortens it')
-  t.equal(cooldowns.hold('r', 0), false)
+  t.equal(cooldowns.adopt('r', 5000), true)
+  t.equal(cooldowns.adopt('r', 5000), false, 'the same end: nothing lengthened')
+  t.equal(cooldowns.adopt('r', 4000), false, 'an earlier end never shortens it')
+  t.equal(cooldowns.adopt('r', 0), false)
   t.equal(cooldowns.left('r'), 5000)
 })

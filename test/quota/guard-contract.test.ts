@@ -315,11 +315,11 @@ t.test('every cool-down the guard knows of is on its gauge: announced by the fle
 
   fleet.control.onCooldown('GET /a')
   t.equal(await gauge('GET /a'), 0, 'an announcement with no cool-down under way changes nothing')
-  fleet.cooldowns.hold('GET /a', 4_000)
+  fleet.cooldowns.adopt('GET /a', 4_000)
   fleet.control.onCooldown('GET /a')
   t.equal(await gauge('GET /a'), (WALL_START + 4_000) / 1000, 'a cool-down learned from Redis')
 
-  fleet.cooldowns.hold(UPSTREAM_SCOPE, 7_000)
+  fleet.cooldowns.adopt(UPSTREAM_SCOPE, 7_000)
   t.match(await guard.admit(undefined, caller()), { ok: false, reason: 'cooldown', retryAfterMs: 7_000 })
   t.equal(await gauge(UPSTREAM_SCOPE), (WALL_START + 7_000) / 1000, 'one the store held without a word, met at admission')
   await c.tick(7_000)

@@ -119,14 +119,14 @@ t.test('the local store: cool-down first, then the budget; a refund gives the po
   t.match(store.take('free', []), { kind: 'ok', id: '' }, 'no limits: nothing to take')
 })
 
-t.test('cool-downs: held ones never shorten a longer one; the backoff doubles within its own length', async (t) => {
+t.test('cool-downs: adopted ones never shorten a longer one; the backoff doubles within its own length', async (t) => {
   const c = fakeClock()
   const cooldowns = createCooldowns(c.clock)
   const request = { retryAfterMs: undefined, baseMs: 1000, maxMs: 8000 }
   t.equal(cooldowns.start('r', request), 1000)
-  t.equal(cooldowns.hold('r', 500), false, 'a shorter one learned elsewhere changes nothing')
+  t.equal(cooldowns.adopt('r', 500), false, 'a shorter one learned elsewhere changes nothing')
   t.equal(cooldowns.left('r'), 1000)
-  t.equal(cooldowns.hold('r', 3000), true)
+  t.equal(cooldowns.adopt('r', 3000), true)
   t.equal(cooldowns.left('r'), 3000)
   await c.tick(3000)
   t.equal(cooldowns.left('r'), 0)
@@ -134,5 +134,5 @@ t.test('cool-downs: held ones never shorten a longer one; the backoff doubles wi
   t.equal(cooldowns.start('r', request), 6000, 'a repeat within the last length after it ended doubles it')
   t.equal(cooldowns.start('r', { ...request, retryAfterMs: 7000 }), 7000, 'a longer Retry-After lengthens the one under way')
   t.equal(cooldowns.start('r', { ...request, retryAfterMs: 2000 }), 7000 - 0, 'a shorter one does not shorten it')
-  t.equal(cooldowns.hold('x', 0), false)
+  t.equal(cooldowns.adopt('x', 0), false)
 })
