@@ -4,7 +4,7 @@ import { request } from 'undici'
 import { startSidecar } from '../helpers/build.js'
 import { startUpstream } from '../helpers/upstream.js'
 
-// Issue "Forward faithfully", A.1: the proxy scope never parses, decodes or re-encodes
+// Issue "Forward faithfully", A.1: the request path never parses, decodes or re-encodes
 // a body of any type; MAX_BODY_BYTES is the only limit.
 
 async function setup (t: Test, env: Record<string, string> = {}) {
