@@ -179,6 +179,17 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
     }, LEASE_MS / 3)
   }
 
+  /**
+   * A claim that timed out may still run once Redis catches up, and would then hold the key
+   * for a whole lease with nobody fetching: take it back (only if it is still this value)
+   * right away, queued behind it on the same connection, and once more a third of a lease on.
+   */
+  function withdraw (id: string, value: string): void {
+    const release = (): void => { claims.release(id, value, undefined).catch(() => { /* Redis is failing: counted above */ }) }
+    release()
+    clock.setTimer(release, LEASE_MS / 3)
+  }
+
   /** A newer entry the fleet stored for this request, if it is usable here (TI's Vary agrees). */
   async function storedEntry (key: CacheKey, headers: Record<string, string | string[] | undefined>, found: Entry | undefined): Promise<Turn> {
     const { entry } = await find(key, headers)
@@ -234,6 +245,7 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
           claim = await claims.claim(key.id, value, knownLeftMs)
         } catch (err) {
           failed(err, 'a fetch claim')
+          withdraw(key.id, value)
           return FETCH
         }
         if (caller.destroyed) {

@@ -190,6 +190,22 @@ t.test('Redis failing: the request fetches by itself, and the cache hears of it'
   t.same(b.errors, ['a look at the fleet\'s fetch'])
 })
 
+t.test('a claim that failed is taken back (it may still run late): at once and a third of a lease on, by its own value', async (t) => {
+  const { clock, redis, fleet, caller, errors } = setup()
+  const values: string[] = []
+  redis.claims.claim = async (_id, value) => { values.push(value); throw new Error('Command timed out') }
+  redis.claims.release = async (id, value, failure) => { redis.calls.push(`release ${id} ${value === values[0] ? 'same' : 'other'}${failure === undefined ? '' : ' failed'}`); throw new Error('still failing') }
+  t.same(await fleet.turn(key, {}, undefined, caller), { kind: 'fetch' })
+  t.same(redis.calls, ['release k same'], 'taken back at once, queued behind the claim')
+  await clock.tick(LEASE_MS / 3 - 1)
+  t.same(redis.calls, ['release k same'])
+  await clock.tick(1)
+  t.same(redis.calls, ['release k same', 'release k same'], 'and once more')
+  await clock.tick(LEASE_MS)
+  t.equal(redis.calls.length, 2, 'no more')
+  t.same(errors, ['a fetch claim'], 'the failing take-backs are not counted again')
+})
+
 t.test('renewals and releases that fail are reported, never thrown; close stops the renewals', async (t) => {
   const { clock, redis, fleet, caller, errors } = setup()
   redis.claims.renew = async () => { throw new Error('renew') }
