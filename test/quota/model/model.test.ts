@@ -50,6 +50,7 @@ t.jobs = 4
 const seen = new Map<FaultKind, number>()
 let livenessChecked = 0
 let livenessLate = 0
+let lateAnswers = 0
 let recoveriesLate = 0
 let runs = 0
 let failures = 0
@@ -69,6 +70,7 @@ for (const [g, featured] of GROUPS.entries()) {
       for (const kind of report.kinds) seen.set(kind, (seen.get(kind) ?? 0) + 1)
       livenessChecked += report.livenessChecked
       livenessLate += report.livenessLate
+      lateAnswers += report.lateAnswers
       if (report.recoveryLate) recoveriesLate += 1
       cacheFresh += report.cacheFresh
       cacheStale += report.cacheStale
@@ -105,7 +107,7 @@ for (const [g, featured] of GROUPS.entries()) {
 
 // Not buffered: it runs after every group has ended.
 t.test('the runs covered every fault kind and reached the healthy state', { buffered: false }, async (t) => {
-  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a late Redis answer); recovery not judged in ${recoveriesLate} (late Redis); read cache: ${cacheFresh} fresh, ${cacheStale} stale; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
+  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a late Redis answer); ${lateAnswers} answered late in a stall; recovery not judged in ${recoveriesLate} (late Redis); read cache: ${cacheFresh} fresh, ${cacheStale} stale; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
   if (ONLY_GROUP !== undefined || failures > 0) {
     // A failed property stops its runs early; its failure is the finding.
     t.pass('coverage not judged: a single group replayed, or a property failed')
