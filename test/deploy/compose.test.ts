@@ -10,6 +10,7 @@ import { trimCredential } from '../../src/config/credentials.js'
 import { DEMO_CLIENT_ID, DEMO_CLIENT_SECRET } from '../../src/demo/config.js'
 import { loadEgressProxy, routeFor } from '../../src/egress/route.js'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
+import { loadTracing, TRACING_VARIABLES } from '../../src/config/tracing.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const read = (path: string): string => readFileSync(join(ROOT, path), 'utf8')
@@ -42,12 +43,13 @@ interface Compose {
 
 const compose = parse(read('docker-compose.yml'), { merge: true }) as Compose
 const all = compose.services
-// What `docker compose up` starts: the services of no profile. The profiles `fleet` and `egress` are checked below.
+// What `docker compose up` starts: the services of no profile. The profiles are checked below.
 const services = Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles === undefined))
 const inProfile = (profile: string): Record<string, Service> =>
   Object.fromEntries(Object.entries(all).filter(([, s]) => s.profiles?.includes(profile) === true))
 const fleet = inProfile('fleet')
 const egress = inProfile('egress')
+const tracing = inProfile('tracing')
 const SIDECAR = 'store-auth-proxy'
 
 t.test('compose: the three services, all from the image this checkout builds', async (t) => {
@@ -90,7 +92,7 @@ t.test('compose: /status answers on every published admin port, published on thi
   // A published port's peer is the engine's gateway, never 127.0.0.1: STATUS_FROM=loopback
   // would answer the documented `curl 127.0.0.1:909x/status` with 403.
   const sidecars = Object.entries(all).filter(([, s]) => s.environment?.AUTH_URL !== undefined)
-  t.ok(sidecars.length >= 4, `every profile's sidecar (${sidecars.map(([name]) => name).join(', ')})`)
+  t.ok(sidecars.length >= 5, `every profile's sidecar (${sidecars.map(([name]) => name).join(', ')})`)
   let adminPublished = 0
   for (const [name, s] of sidecars) {
     const owner = s.network_mode?.startsWith('service:') === true ? all[s.network_mode.slice('service:'.length)] : s
@@ -100,7 +102,7 @@ t.test('compose: /status answers on every published admin port, published on thi
     adminPublished++
     t.equal(s.environment?.STATUS_FROM, 'any', `${name}: its admin port published, STATUS_FROM=any`)
   }
-  t.equal(adminPublished, 4, 'the default, fleet (2) and egress profiles publish an admin port')
+  t.equal(adminPublished, 5, 'the default, fleet (2), egress and tracing profiles publish an admin port')
 })
 
 t.test('compose: credentials are compose secrets read from files, and only the demo pair', async (t) => {
@@ -253,6 +255,48 @@ t.test('compose profile egress: TI behind an authenticating proxy, a sidecar sen
   }
   t.equal(sidecar.depends_on?.['egress-proxy']?.condition, 'service_healthy')
   t.match(read('deploy/demo-secrets/README.md'), /`tinyproxy\.conf` and `egress-proxy\.env`/)
+})
+
+t.test('compose profile tracing: Jaeger, a caller + sidecar pair exporting to it, nothing without the profile', async (t) => {
+  t.same(Object.keys(tracing).sort(), ['jaeger', 'tracing-caller', 'tracing-sidecar'])
+  for (const [name, s] of Object.entries(tracing)) t.same(s.profiles, ['tracing'], `${name} is in the profile tracing only`)
+  for (const [name, s] of Object.entries(all)) {
+    if (name in tracing) continue
+    t.notOk(Object.keys(s.depends_on ?? {}).some((d) => d in tracing), `${name} does not pull in a tracing service`)
+  }
+  const jaeger = tracing.jaeger as Service
+  t.match(jaeger.image, /^\$\{STORE_AUTH_PROXY_TRACING_IMAGE:-docker\.io\/jaegertracing\/jaeger:2\.\d+\.\d+\}$/,
+    'Jaeger v2 (OTLP in natively), a pinned release; the variable lets test/deploy/containers.sh put a stand-in there')
+  t.equal(jaeger.build, undefined)
+  // eslint-disable-next-line no-template-curly-in-string -- compose's own interpolation
+  t.same(jaeger.ports, ['127.0.0.1:${STORE_AUTH_PROXY_TRACING_UI_PORT:-16686}:16686'], 'its UI alone, on loopback: OTLP stays on the compose network')
+  t.equal(jaeger.networks, undefined, 'on the default network, with the pair')
+
+  const caller = tracing['tracing-caller'] as Service
+  t.same(caller.command, ['caller'])
+  t.match(caller.environment?.CALLER_TARGET_URL, /^http:\/\/localhost:8080\//)
+  t.match(caller.ports, [/^127\.0\.0\.1:\$\{STORE_AUTH_PROXY_TRACING_ADMIN_PORT:-9094\}:9090$/])
+  const sidecar = tracing['tracing-sidecar'] as Service
+  const env = sidecar.environment ?? {}
+  t.equal(sidecar.network_mode, 'service:tracing-caller', 'the sidecar shares its caller\'s namespace')
+  t.same(sidecar.secrets?.slice().sort(), ['client_id', 'client_secret'])
+  t.equal(sidecar.depends_on?.jaeger?.condition, 'service_started', 'spans wait in a bounded queue: Jaeger need not be ready first')
+  for (const name of Object.keys(env).filter((k) => k.startsWith('OTEL_'))) {
+    t.ok((TRACING_VARIABLES as readonly string[]).includes(name), `${name} is a variable the sidecar reads`)
+  }
+  const problems: string[] = []
+  const config = loadTracing(env, problems)
+  t.same(problems, [])
+  t.match(config, {
+    url: 'http://jaeger:4318/v1/traces',
+    protocol: 'http/protobuf',
+    serviceName: 'caller-sidecar',
+    resourceAttributes: { 'deployment.environment.name': 'compose' }
+  }, 'OTLP over HTTP to Jaeger\'s 4318, in the default encoding')
+  t.ok((config?.scheduleDelayMs ?? Infinity) <= 1000, `spans leave within a second of their end (${config?.scheduleDelayMs ?? '?'} ms)`)
+  const rules = parseRules(env.RATE_LIMITS ?? '', 'RATE_LIMITS')
+  t.same(rules.problems, [])
+  t.same(rules.rules.map((r) => r.id), ['GET /v2/store/products/catalog', 'GET /v2/store/products/*'], 'a cached catalog and a budget, to be seen in a trace')
 })
 
 t.test('Dockerfile: multi-stage, distroless non-root runtime, node as the exec-form command', async (t) => {

@@ -29,6 +29,12 @@
 #    even resolve from the pair's namespace, the proxy refuses a request without credentials
 #    (407), the proxy's password is in no log or admin answer, the proxy runs hardened as
 #    nobody; then stops it (exit 0) and tears it down.
+# 6. brings up the compose profile `tracing` with a recording OTLP/HTTP receiver in Jaeger's
+#    place (test/deploy/otlp-recorder/: no image of Jaeger can be had here), on Jaeger's ports,
+#    and checks what reached it: a request that waited for the first token (TI paused while
+#    the sidecar restarts), a catalog miss and hit, a wait for the budget, each as the server
+#    and client spans of the caller's trace with the configured service name; nothing is
+#    published beyond 127.0.0.1; then stops it (exit 0) and tears it down.
 #
 # podman-compose 1.0.3 ignores compose `profiles`, so each `up` names its services; the
 # default `up` is checked to start exactly the three services of old.
@@ -116,8 +122,11 @@ show_logs_on_failure () {
 cleanup () {
   set +e
   show_logs_on_failure "$run-stand-in" "$run-proxy" "${run}_stand-in_1" "${run}_caller_1" "${run}_store-auth-proxy_1" \
-    "${run}_redis_1" "${run}_fleet-sidecar-a_1" "${run}_fleet-sidecar-b_1" "${run}_egress-proxy_1" "${run}_egress-sidecar_1"
+    "${run}_redis_1" "${run}_fleet-sidecar-a_1" "${run}_fleet-sidecar-b_1" "${run}_egress-proxy_1" "${run}_egress-sidecar_1" \
+    "${run}_jaeger_1" "${run}_tracing-sidecar_1"
   podman rm -f -t 0 "$run-stand-in" "$run-proxy" >/dev/null 2>&1
+  # A paused container would keep `down` from removing it.
+  podman unpause "${run}_stand-in_1" >/dev/null 2>&1
   podman network rm -f "$run-net" >/dev/null 2>&1
   # podman-compose 1.0.3's down takes tens of seconds even with nothing left to remove.
   if [ -n "$(podman ps -a -q --filter "label=com.docker.compose.project=$run" 2>/dev/null)" ]; then
@@ -300,6 +309,16 @@ podman network rm -f "${run}_default" >/dev/null 2>&1 || true
 check "podman-compose down removes every container" \
   test -z "$(podman ps -a --filter "label=com.docker.compose.project=$run" --format '{{.Names}}')"
 
+# up_profile NAME SERVICE...: brings up a profile's services, from the image built above.
+up_profile () {
+  local name=$1; shift
+  t0=$(date +%s%N)
+  "${compose[@]}" up -d "$@" >"/tmp/$run-$name.log" 2>&1 \
+    || { grep -v systemd "/tmp/$run-$name.log" | tail -40; not_ok "podman-compose up (profile $name)"; exit 1; }
+  rm -f "/tmp/$run-$name.log"
+  echo "podman-compose up -d ($name) took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+
 # stop_profile NAME NETWORK CONTAINER...: stops a profile's containers (each must exit 0),
 # then takes the project down with the profile's own network.
 stop_profile () {
@@ -324,13 +343,7 @@ free_port () { node -e "const s = require('node:net').createServer().listen(0, '
 STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A=$(free_port)
 STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B=$(free_port)
 export STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B
-fleet_services=(redis fleet-caller-a fleet-sidecar-a fleet-caller-b fleet-sidecar-b)
-# The image was built from this checkout above: no second build.
-t0=$(date +%s%N)
-"${compose[@]}" up -d "${fleet_services[@]}" >"/tmp/$run-fleet.log" 2>&1 \
-  || { grep -v systemd "/tmp/$run-fleet.log" | tail -40; not_ok "podman-compose up (profile fleet)"; exit 1; }
-rm -f "/tmp/$run-fleet.log"
-echo "podman-compose up -d (fleet) took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+up_profile fleet redis fleet-caller-a fleet-sidecar-a fleet-caller-b fleet-sidecar-b
 redis="${run}_redis_1" fleet_a="${run}_fleet-sidecar-a_1" fleet_b="${run}_fleet-sidecar-b_1"
 caller_a="${run}_fleet-caller-a_1" caller_b="${run}_fleet-caller-b_1"
 admin_a="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A" admin_b="http://127.0.0.1:$STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B"
@@ -446,6 +459,123 @@ check "the egress proxy runs as nobody (uid 65534) and cannot gain privileges" \
   eq "$(awk '/^Uid:/ { print $3 } /^NoNewPrivs:/ { print $2 }' "/proc/$pid/status" | paste -sd ' ')" "65534 1"
 
 stop_profile egress egress-ti "$egress_ti" "$egress_proxy" "$egress_caller" "$egress_sidecar"
+
+# --- 6. the compose profile tracing: the sidecar's spans in a collector with a UI ----------
+echo "== podman-compose, profile tracing ($(elapsed))"
+# Jaeger's image cannot be pulled here: a recording OTLP/HTTP receiver takes its place, on its
+# ports (OTLP/HTTP 4318, the UI's 16686, where it shows the spans it recorded as JSON).
+recorder_image=store-auth-proxy-otlp-recorder:test
+podman build --pull=never --format docker -t "$recorder_image" "$repo/test/deploy/otlp-recorder" >"/tmp/$run-recorder.log" 2>&1 \
+  || { tail -20 "/tmp/$run-recorder.log"; not_ok "the stand-in collector's image builds"; exit 1; }
+rm -f "/tmp/$run-recorder.log"
+STORE_AUTH_PROXY_TRACING_IMAGE=$recorder_image
+STORE_AUTH_PROXY_TRACING_UI_PORT=$(free_port)
+STORE_AUTH_PROXY_TRACING_ADMIN_PORT=$(free_port)
+export STORE_AUTH_PROXY_TRACING_IMAGE STORE_AUTH_PROXY_TRACING_UI_PORT STORE_AUTH_PROXY_TRACING_ADMIN_PORT
+up_profile tracing stand-in jaeger tracing-caller tracing-sidecar
+collector="${run}_jaeger_1" tracing_sidecar="${run}_tracing-sidecar_1" tracing_caller="${run}_tracing-caller_1"
+stand_in="${run}_stand-in_1"
+ui="http://127.0.0.1:$STORE_AUTH_PROXY_TRACING_UI_PORT" tracing_admin="http://127.0.0.1:$STORE_AUTH_PROXY_TRACING_ADMIN_PORT"
+check "the collector runs the image STORE_AUTH_PROXY_TRACING_IMAGE names" \
+  has "$(podman inspect --format '{{.ImageName}}' "$collector")" "$recorder_image"
+tracing_ready () { curl -sf "$tracing_admin/readyz" >/dev/null; }
+check "the tracing sidecar becomes ready" wait_for "$READY_TIMEOUT_S" tracing_ready
+
+# A request that waits for the first token: TI paused, the sidecar restarted (no token yet, its
+# token request hangs); once a request is in flight (it can be waiting for nothing else), TI
+# goes on. From the pair's namespace: the sidecar listens on its loopback only.
+in_flight () { curl -s "$tracing_admin/metrics" | awk '/^store_auth_proxy_requests_in_flight / { print $2 }'; }
+pause_ti () { podman pause "$stand_in" >/dev/null; }
+check "TI paused" pause_ti
+podman restart -t 10 "$tracing_sidecar" >/dev/null 2>&1
+tracing_live () { curl -sf "$tracing_admin/livez" >/dev/null; }
+check "the tracing sidecar, restarted, is live" wait_for 30 tracing_live
+# get PATH N...: GETs of PATH through the sidecar, all at once, each in the caller's trace
+# number N (its id N in hex, the caller's span ...02); prints their statuses.
+get () { local path=$1; shift; podman exec "$tracing_caller" /nodejs/bin/node -e "
+  const one = (n) => fetch('http://127.0.0.1:8080$path', { headers: { traceparent: '00-' + n.toString(16).padStart(32, '0') + '-0000000000000002-01' } })
+    .then(async (r) => { await r.arrayBuffer(); return r.status }, (e) => e.cause?.code ?? e.message)
+  Promise.all(process.argv.slice(1).map((n) => one(Number(n)))).then((s) => console.log(s.join(' ')))" "$@"; }
+get /v2/store/products/LM358BIDR 1 >/dev/null &
+waiting=$!
+one_in_flight () { [ "$(in_flight)" -ge 1 ] 2>/dev/null; }
+check "with TI paused, a request waits in the restarted sidecar" wait_for 20 one_in_flight
+podman unpause "$stand_in" >/dev/null
+wait "$waiting" || true
+check "the tracing sidecar is ready again" wait_for "$READY_TIMEOUT_S" tracing_ready
+
+# A catalog miss, then a hit; two products at once, over 1 a second: one waits for the budget.
+said="$(get /v2/store/products/catalog 2) $(get /v2/store/products/catalog 3)"
+check "the catalog through the tracing sidecar, twice, answers 200 (got: $said)" eq "$said" "200 200"
+said=$(get /v2/store/products/LM358BIDR 4 5)
+check "two products at once answer 200 (got: $said)" eq "$said" "200 200"
+
+# What the collector recorded, read from its UI port (published on loopback) by node on this machine.
+spans_file="/tmp/$run-spans.json"
+recorded () { curl -sf "$ui/" >"$spans_file" && node - "$spans_file" "$@" <<'JS'
+const [file, ...want] = process.argv.slice(2)
+const spans = JSON.parse(require('node:fs').readFileSync(file, 'utf8'))
+// Each wanted trace (by number) has its server span, and the token request has arrived.
+const of = (n) => spans.filter((s) => s.traceId === n.toString(16).padStart(32, '0'))
+process.exit(want.every((n) => of(Number(n)).some((s) => s.kind === 2)) && spans.some((s) => s.name === 'token request') ? 0 : 1)
+JS
+}
+check "the collector received the server spans of the four requests and a token request's span" wait_for 20 recorded 2 3 4 5
+# ask NAME: one fact about the recorded spans, printed by node (an empty line when absent).
+ask () { node - "$spans_file" "$1" <<'JS'
+const [file, question] = process.argv.slice(2)
+const spans = JSON.parse(require('node:fs').readFileSync(file, 'utf8'))
+const of = (n) => spans.filter((s) => s.traceId === n.toString(16).padStart(32, '0'))
+const server = (n) => of(n).find((s) => s.kind === 2)
+const clients = (n) => of(n).filter((s) => s.kind === 3)
+const event = (span, name) => span?.events.find((e) => e.name === name)?.attributes ?? {}
+const answers = {
+  // The miss: the caller's trace and parent, the configured resource, a client span under it.
+  miss: () => {
+    const s = server(2)
+    return [s.name, s.parentSpanId, s.resource['service.name'], s.resource['deployment.environment.name'], s.attributes['http.response.status_code'],
+      event(s, 'cache')['cache.status']?.split(';')[1]?.trim(), clients(2).map((c) => `${c.parentSpanId === s.spanId ? 'child' : 'orphan'} ${c.attributes['http.response.status_code']}`).join()].join(' ')
+  },
+  hit: () => `${event(server(3), 'cache')['cache.result']} sends=${clients(3).length}`,
+  // The second of two at once waits (the first too, if the caller's own call just spent the second).
+  budget: () => [4, 5].map((n) => event(server(n), 'quota')).filter((q) => q['quota.verdict'] === 'waited' && q['quota.waited_ms'] > 0).length > 0 ? 'waited' : 'none waited',
+  // Every wait for the token: under its request's server span, linked to a token request's
+  // span (a client span of its own trace, shared by the requests that wait together).
+  token: () => {
+    const tokens = spans.filter((s) => s.name === 'token request' && s.kind === 3 && s.parentSpanId === '')
+    const waits = spans.filter((s) => s.name === 'wait for token')
+    const placed = waits.filter((w) => spans.some((s) => s.spanId === w.parentSpanId && s.traceId === w.traceId && s.kind === 2) &&
+      w.links.length === 1 && tokens.some((t) => t.spanId === w.links[0].spanId))
+    return `${waits.length > 0 && placed.length === waits.length ? 'every' : 'not every'} wait linked (${waits.length} waits, ${tokens.length} token requests)`
+  },
+  services: () => [...new Set(spans.map((s) => s.resource['service.name']))].join()
+}
+console.log(answers[question]())
+JS
+}
+said=$(ask miss)
+check "a catalog miss: the server span continues the caller's trace, with the service name configured, and its client span is its child (got: $said)" \
+  eq "$said" "GET /v2/store/products/catalog 0000000000000002 caller-sidecar compose 200 fwd=miss child 200"
+said=$(ask hit)
+check "the catalog's next call: served from the cache, nothing sent to TI (got: $said)" eq "$said" "hit sends=0"
+said=$(ask budget)
+check "two products at once, over 1 a second: one waited for the budget (got: $said)" eq "$said" waited
+said=$(ask token)
+check "the waits for the first token: each under its request's span, linked to the token request's (got: $said)" has "$said" "every wait linked"
+said=$(ask services)
+check "every span comes from the service named by OTEL_SERVICE_NAME (got: $said)" eq "$said" caller-sidecar
+tracing_metrics=$(curl -s "$tracing_admin/metrics")
+exported=$(awk '/^store_auth_proxy_trace_spans_exported_total / { print $2 }' <<<"$tracing_metrics")
+dropped=$(awk '/^store_auth_proxy_trace_spans_dropped_total\{/ { n += $NF } END { print n + 0 }' <<<"$tracing_metrics")
+check "the sidecar counts its spans exported, none dropped (exported ${exported:-none}, dropped $dropped)" test "${exported:-0}" -gt 0 -a "$dropped" = 0
+bindings=$(for c in "$collector" "$tracing_caller" "$tracing_sidecar" "$stand_in"; do
+  podman inspect --format '{{range $p, $b := .HostConfig.PortBindings}}{{range $b}}{{$p}}={{.HostIP}} {{end}}{{end}}' "$c"; done | xargs -n1 | sort | paste -sd ' ')
+check "published: the UI and the admin port, on 127.0.0.1 only; not OTLP (got: $bindings)" eq "$bindings" "16686/tcp=127.0.0.1 9090/tcp=127.0.0.1"
+check "the collector runs with init, a read-only root filesystem and no capabilities" \
+  eq "$(podman inspect --format '{{.HostConfig.Init}} {{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}}' "$collector")" "true true []"
+rm -f "$spans_file"
+
+stop_profile tracing default "$collector" "$tracing_caller" "$tracing_sidecar" "$stand_in"
 
 echo "== done in $(elapsed)"
 echo "containers: $passed passed, $failed failed"
