@@ -331,6 +331,44 @@ The sidecar's env entries rendered from the chart's values (proxy.extraEnv comes
 {{- with include "store-auth-proxy.ordersEnv" . | trim }}
 {{ . }}
 {{- end }}
+{{- with include "store-auth-proxy.tracingEnv" . | trim }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+OpenTelemetry's variables (docs/tracing.md), only with an endpoint: without one the sidecar
+loads none of it, and none is rendered.
+*/}}
+{{- define "store-auth-proxy.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+{{- with .serviceName }}
+- name: OTEL_SERVICE_NAME
+  value: {{ . | quote }}
+{{- end }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | quote }}
+{{- if not (kindIs "invalid" .samplerArg) }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | toString | quote }}
+{{- end }}
+{{- with .resourceAttributes }}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $pairs | quote }}
+{{- end }}
+- name: OTEL_PROPAGATE_UPSTREAM
+  value: {{ .propagateUpstream | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
