@@ -5,6 +5,7 @@
 // from Redis, or its failure, which the claimant leaves in the claim's place for a moment. The
 // claim is a lease, renewed while the fetch runs: a claimant that dies lets it lapse within
 // LEASE_MS, and one of the waiters claims next. A stale entry's refresh is claimed the same way.
+import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import type { Clock } from '../clock.js'
 import { lifetimeMs, type Entry } from './entries.js'
@@ -168,6 +169,9 @@ export interface FleetFetchOptions {
 export function createFleetFetch ({ claims, clock, fillMs, find, failed }: FleetFetchOptions) {
   /** The claims this sidecar holds: their value, and the timer that renews them. */
   const held = new Map<string, { value: string, cancel: () => void }>()
+  // A claim's value is this run's alone (every container's sidecar may be pid 1): a release or a
+  // take-back deletes only its own claim.
+  const run = randomUUID()
   let claimsMade = 0
 
   function renewLater (id: string, value: string): () => void {
@@ -239,7 +243,7 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
       for (;;) {
         // Claims that came and went without an answer for this request: it has waited a whole fetch's time.
         if (clock.now() >= deadline) return FETCH
-        const value = `fetch:${process.pid}:${++claimsMade}:${clock.now()}`
+        const value = `fetch:${run}:${++claimsMade}`
         let claim: Claim
         try {
           claim = await claims.claim(key.id, value, knownLeftMs)

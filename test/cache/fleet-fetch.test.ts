@@ -206,6 +206,15 @@ t.test('a claim that failed is taken back (it may still run late): at once and a
   t.same(errors, ['a fetch claim'], 'the failing take-backs are not counted again')
 })
 
+t.test('two sidecars in one pid namespace (every container\'s is pid 1) never claim with the same value', async (t) => {
+  const values: string[] = []
+  for (const one of [setup(), setup()]) {
+    one.redis.claims.claim = async (_id, value) => { values.push(value); return { kind: 'claimed' } }
+    await one.fleet.turn(key, {}, undefined, one.caller)
+  }
+  t.equal(new Set(values).size, 2, values.join(' '))
+})
+
 t.test('renewals and releases that fail are reported, never thrown; close stops the renewals', async (t) => {
   const { clock, redis, fleet, caller, errors } = setup()
   redis.claims.renew = async () => { throw new Error('renew') }
