@@ -183,15 +183,8 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
     }, LEASE_MS / 3)
   }
 
-  /**
-   * A claim that timed out may still run once Redis catches up, and would then hold the key
-   * for a whole lease with nobody fetching: take it back (only if it is still this value)
-   * right away, queued behind it on the same connection, and once more a third of a lease on.
-   */
-  function withdraw (id: string, value: string): void {
-    const release = (): void => { claims.release(id, value, undefined).catch(() => { /* Redis is failing: counted above */ }) }
-    release()
-    clock.setTimer(release, LEASE_MS / 3)
+  function hold (id: string, value: string): void {
+    held.set(id, { value, cancel: renewLater(id, value) })
   }
 
   /** A newer entry the fleet stored for this request, if it is usable here (TI's Vary agrees). */
@@ -249,7 +242,10 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
           claim = await claims.claim(key.id, value, knownLeftMs)
         } catch (err) {
           failed(err, 'a fetch claim')
-          withdraw(key.id, value)
+          // A claim that timed out may still run once Redis catches up: this request fetches
+          // anyway, so the claim is held as its own, renewed and released when the fetch ends
+          // (by its value: a no-op where it never ran), never left holding the key for a lease.
+          hold(key.id, value)
           return FETCH
         }
         if (caller.destroyed) {
@@ -257,7 +253,7 @@ export function createFleetFetch ({ claims, clock, fillMs, find, failed }: Fleet
           return GONE
         }
         if (claim.kind === 'claimed') {
-          held.set(key.id, { value, cancel: renewLater(key.id, value) })
+          hold(key.id, value)
           return FETCH
         }
         if (claim.kind === 'stored') return await storedEntry(key, headers, found)
