@@ -115,7 +115,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   // Stryker disable next-line StringLiteral: one gate for a scope's limits holds for its longest window, and a take waits for the longest gate of its limits anyway
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)

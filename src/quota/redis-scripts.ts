@@ -18,8 +18,9 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 // run at once (the guarantee's first assumption), so of the lapsed ones all but
 // RATE_LIMIT_FLEET_SIZE − present have stopped; but what they sent may still be in the window:
 // that many, the oldest, are released (KEYS[4]) and each one's share held one more window from
-// when no member counted present can still be a dead process (`releaseAt`). The share held is that of RATE_LIMIT_FLEET_SIZE, the most a sidecar could spend
-// alone.
+// when no member counted present can still be a dead process (`releaseAt`). Sidecars of one
+// fleet may declare different sizes (a rollout that changes it): Redis keeps each declaration
+// (`onRecord`), and every script holds and releases by those, never by the caller's alone.
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,15 +55,62 @@ local function noteLatest (log, at)
   local known = tonumber(redis.call('HGET', KEYS[5], log))
   if known == nil or at > known then redis.call('HSET', KEYS[5], log, at) end
 end
+-- The declarations on record (KEYS[6]: each present or lapsed member's RATE_LIMIT_FLEET_SIZE,
+-- 0: unset), with the caller's: the smallest set one (nil: none), and the largest. A member
+-- spends alone at most ⌊N / its own⌋ ≤ ⌊N / the smallest⌋; one with no record (an earlier
+-- version's, or unknown after a loss) is held as the smallest. Records of members neither
+-- present nor lapsed (left, or released by an earlier version) are dropped when 'prune'.
+local function onRecord (floor, prune)
+  local lo, hi, counted = nil, floor, {}
+  if floor > 0 then lo = floor end
+  for _, key in ipairs({KEYS[2], KEYS[3]}) do
+    for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do counted[m] = true end
+  end
+  local records = redis.call('HGETALL', KEYS[6])
+  for i = 1, #records, 2 do
+    local f = tonumber(records[i + 1])
+    if not counted[records[i]] then
+      if prune then redis.call('HDEL', KEYS[6], records[i]) end
+    else
+      hi = math.max(hi, f)
+      if f > 0 and (lo == nil or f < lo) then lo = f end
+    end
+  end
+  return lo, hi
+end
+-- The smallest declaration among the members released within the window (KEYS[7]: each
+-- floor → its latest release, a few fields), or 'lo' if smaller: the share each one's hold is.
+local function releasedFloor (lo, window)
+  local r = redis.call('HGETALL', KEYS[7])
+  for i = 1, #r, 2 do
+    local f = tonumber(r[i])
+    if tonumber(r[i + 1]) > now - window and (lo == nil or f < lo) then lo = f end
+  end
+  return lo
+end
+-- Members whose presence expired, with their expiry: lapsed from now on, but for one that
+-- declared no size (it never spends alone: nothing to hold for it).
+local function expired ()
+  local gone, out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES'), {}
+  for i = 1, #gone, 2 do
+    if redis.call('HGET', KEYS[6], gone[i]) ~= '0' then
+      out[#out + 1] = gone[i]
+      out[#out + 1] = gone[i + 1]
+    end
+  end
+  return out
+end
 -- What a limit holds back for sidecars out of Redis's sight, given 'lapsed' of them that may
 -- still run and 'releasing' released this moment (PEEK's view of what presence() would do:
--- their count, and 'releasingAt' when their window starts); and the ms until the first
--- released one's part ends (0: none is released).
-local function heldBack (count, window, floor, size, present, lapsed, releasing, releasingAt)
+-- their count, and 'releasingAt' when their window starts), each a share by the smallest size
+-- of 'lo' and the window's releases; and the ms until the first released one's part ends (0:
+-- none is released).
+local function heldBack (count, window, lo, size, present, lapsed, releasing, releasingAt)
   local absent = 0
   if size > present then absent = (size - present) * math.floor(count / size) end
-  if floor <= 0 then return absent, 0 end
-  local share = math.floor(count / floor)
+  lo = releasedFloor(lo, window)
+  if lo == nil then return absent, 0 end
+  local share = math.floor(count / lo)
   local since = '(' .. (now - window)
   local released = redis.call('ZCOUNT', KEYS[4], since, '+inf')
   local first = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -74,40 +122,54 @@ end
 
 // Shared by the scripts that renew presence: the caller's deadline (a command that waited in
 // a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
-// presence (each sidecar renews a member entry, KEYS[2], that lapses after a TTL). The fleet
-// size the formulas use is RATE_LIMIT_FLEET_SIZE, or the sidecars present now if more. A
-// sidecar that lapses instead of leaving is remembered (KEYS[3]) and released (KEYS[4]) as
-// above; a released one is forgotten after GHOST_KEEP_MS (longer than any window).
+// presence (each sidecar renews a member entry, KEYS[2], that lapses after a TTL, and its
+// declared size, KEYS[6]). The fleet size the replies tell is RATE_LIMIT_FLEET_SIZE, or the
+// sidecars present now if more. A sidecar that lapses instead of leaving is remembered
+// (KEYS[3]) and released (KEYS[4]) as above; a released one is forgotten after GHOST_KEEP_MS
+// (longer than any window), its declaration noted for the holds (KEYS[7], by floor).
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
+local function release (name, floor, at)
+  redis.call('ZADD', KEYS[4], at, name .. '@' .. at)
+  floor = tonumber(floor)
+  if floor ~= nil and floor > 0 and (tonumber(redis.call('HGET', KEYS[7], floor)) or 0) < at then redis.call('HSET', KEYS[7], floor, at) end
+end
 local function presence (member, ttl, floor, timeout, newRun)
   local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
-  local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now, 'WITHSCORES')
+  local gone = expired()
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
+  local before = redis.call('HGET', KEYS[6], member)
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
   -- (shared): forgotten. A new run (a restart keeping its id) cannot vouch for what its lapse
   -- entry stood for (entries are counted, not named): that entry is released instead. A
   -- released entry is never taken back: each has a name of its own (id@time).
   local restarted = redis.call('ZREM', lapsed, member) == 1 and newRun == 1
   redis.call('ZADD', members, now + ttl, member)
+  redis.call('HSET', KEYS[6], member, floor)
   local present = redis.call('ZCARD', members)
-  local stopped = redis.call('ZCARD', lapsed) - math.max(0, floor - present)
-  if floor > 0 and (stopped > 0 or restarted) then
+  -- Safe to release by the largest: those running are at most the largest size any of them
+  -- declared, and each one counted has its on record, so at most hi − present lapsed ones run.
+  local lo, hi = onRecord(floor, true)
+  local stopped = redis.call('ZCARD', lapsed) - math.max(0, hi - present)
+  if hi > 0 and (stopped > 0 or restarted) then
     local at = releaseAt(ttl, timeout)
-    if restarted then redis.call('ZADD', released, at, member .. '@' .. at) end
+    if restarted then release(member, before, at) end
     if stopped > 0 then
       local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
-      for i = 1, #gone do redis.call('ZADD', released, at, gone[i] .. '@' .. at) end
+      for i = 1, #gone do
+        release(gone[i], redis.call('HGET', KEYS[6], gone[i]), at)
+        redis.call('HDEL', KEYS[6], gone[i])
+      end
       redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
     end
   end
-  return present, math.max(present, floor)
+  return present, math.max(present, floor), lo
 end
 `
 
-// KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, cooldown, then (log, gate) per limit.
 // ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per
 // limit, then the fleet's Redis timeout (ms).
 // Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
@@ -118,19 +180,18 @@ end
 export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local floor = tonumber(ARGV[4])
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), floor, tonumber(ARGV[#ARGV]), 0)
-local cd = redis.call('PTTL', KEYS[6])
+local present, size, lo = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
+local cd = redis.call('PTTL', KEYS[8])
 if cd > 0 then return {1, cd, size, present, now} end
 local wait, gated = 0, 0
 local lapsed = redis.call('ZCARD', KEYS[3])
-for i = 7, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+for i = 9, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 2]), tonumber(ARGV[i - 1])
   local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
   if g > gated then gated = g end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   local used = redis.call('ZCARD', KEYS[i])
-  local held, ends = heldBack(count, window, floor, size, present, lapsed, 0, 0)
+  local held, ends = heldBack(count, window, lo, size, present, lapsed, 0, 0)
   local room = count - held
   if used + 1 > room then
     local w = window
@@ -145,14 +206,14 @@ for i = 7, #KEYS, 2 do
 end
 if gated > 0 then return {4, gated, size, present, now} end
 if wait > 0 then return {2, wait, size, present, now} end
-for i = 7, #KEYS, 2 do
+for i = 9, #KEYS, 2 do
   redis.call('ZADD', KEYS[i], now, ARGV[6])
   noteLatest(KEYS[i], now)
 end
 return {0, 0, size, present, now}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, then (log, gate) per limit of every rule.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then (log, gate) per limit of every rule.
 // ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, a new run
 // of this sidecar (1/0: this process's first contact), then per limit: window ms, n, then
 // n × (send id, age ms), then the fleet's Redis timeout (ms).
@@ -177,7 +238,7 @@ elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
 end
 local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), tonumber(ARGV[7]))
 local a = 8
-for i = 6, #KEYS, 2 do
+for i = 8, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   -- A log lost before it is told again would look whole with this sidecar's sends alone.
@@ -193,7 +254,7 @@ end
 return {0, lost, size, present, now, epoch}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, then the cool-down of each scope. ARGV:
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then the cool-down of each scope. ARGV:
 // deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms). Returns {code, fleet size, present, now, ms left of each cool-down}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
@@ -202,11 +263,11 @@ if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
 local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
 local out = {0, size, present, now}
-for i = 6, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+for i = 8, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
 // (count, window ms) per limit, then the presence TTL, the fleet's Redis timeout and heartbeat (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
@@ -218,16 +279,17 @@ local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
 -- As the next presence() would count them: members expired meanwhile are lapsed, the surplus released.
-local lapsed = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[2], '-inf', now)
+local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2
+local lo, hi = onRecord(floor, false)
 local releasing = 0
-if floor > 0 then releasing = math.max(0, lapsed - math.max(0, floor - present)) end
+if hi > 0 then releasing = math.max(0, lapsed - math.max(0, hi - present)) end
 -- Released at the next presence, a heartbeat away at most: the latest start, for the reset.
 local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])) + tonumber(ARGV[#ARGV])
-local cd = redis.call('PTTL', KEYS[6])
+local cd = redis.call('PTTL', KEYS[8])
 local out = {0, now}
-for i = 7, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
-  local held, ends = heldBack(count, window, floor, size, present, lapsed - releasing, releasing, releasingAt)
+for i = 9, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 6]), tonumber(ARGV[i - 5])
+  local held, ends = heldBack(count, window, lo, size, present, lapsed - releasing, releasing, releasingAt)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).
@@ -248,12 +310,12 @@ end
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, then the logs of a rule's limits. ARGV: the
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then the logs of a rule's limits. ARGV: the
 // send id. A send that never reached the upstream.
 export const REFUND = CLOCK + `
 -- The tally forgets the log's latest (an earlier version's bare ZREM must not look like a loss);
 -- the next take notes it again.
-for i = 6, #KEYS do
+for i = 8, #KEYS do
   if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then redis.call('HDEL', KEYS[5], KEYS[i]) end
 end
 return 0

@@ -4,14 +4,14 @@
 // The promise: whatever arrives, stops or leaves meanwhile, that share is held until every
 // such send is outside the window; a sidecar that left cleanly, or came back and told its
 // sends, costs nothing.
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { systemClock } from '../../src/clock.js'
 import { createRedisStore, GHOST_KEEP_MS, type Member, type RedisStore } from '../../src/quota/redis-backend.js'
 import type { Limit } from '../../src/config/rate-limit-rules.js'
 import { eventually } from '../helpers/eventually.js'
-import { startRedis } from '../helpers/redis.js'
+import { fleetRedis } from './fleet-redis.js'
 
 const PREFIX = 'replace:'
 const HOUR_MS = 3_600_000
@@ -32,14 +32,7 @@ interface Fleet {
 }
 
 async function fleet (t: Test, floor: number): Promise<Fleet> {
-  const server = await startRedis(t)
-  const store = createRedisStore({ url: server.url, timeoutMs: 2_000, prefix: PREFIX, clock: systemClock })
-  t.teardown(() => store.close())
-  t.ok(await store.connect(), 'connected')
-  await store.readClock()
-  const admin = new Redis({ port: server.port, host: '127.0.0.1', maxRetriesPerRequest: 1 })
-  admin.on('error', () => {})
-  t.teardown(() => { admin.disconnect() })
+  const { server, store, admin } = await fleetRedis(t, PREFIX)
   let epoch = ''
   let sends = 0
   return {
