@@ -92,6 +92,18 @@ t.test('case-3: a fleet of one replaced right after it was cut off does not spen
   ])
 })
 
+t.test('case-3-rollout: a sidecar cut off spends its share while another is rolled out declaring a larger fleet', async (t) => {
+  // From an outside review: orders 3/4s, fleet of 3 declaring 3; sidecar 1's new pod declares
+  // 4 and held ⌊3/4⌋ = 0 for sidecar 0, cut off and spending its ⌊3/3⌋ = 1: 4 within 4 s.
+  await holds(t, 'case-3-rollout', 3, [
+    { op: 'partition', s: 0, how: 'cut' },
+    { op: 'rollout', s: 1 },
+    { op: 'wait', ms: 5000 },
+    { op: 'burst', path: 'orders', callers: together(2, () => 0) },
+    { op: 'burst', path: 'orders', callers: together(3, () => 1) }
+  ])
+})
+
 t.test('case-4: the token lapsed with the OAuth API down; the stored catalog is served anyway', async (t) => {
   await holds(t, 'case-4', 2, [
     { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },

@@ -50,6 +50,8 @@ export interface ModelSidecar {
   /** Runs of this slot: a restart or a replacement adds one. */
   generation: number
   stateDir: string
+  /** Its RATE_LIMIT_FLEET_SIZE: the fleet's size, one more once a rollout replaced it. */
+  declared: number
 }
 
 export interface Fleet {
@@ -59,8 +61,11 @@ export interface Fleet {
   ti: Ti
   oauth: Awaited<ReturnType<typeof startRecordingTokenEndpoint>>
   sidecars: ModelSidecar[]
-  /** Closes sidecar `i` and starts it again: with its state directory (`restart`) or a new one (`replace`); same Redis proxy. */
-  cycle: (i: number, how: 'restart' | 'replace') => Promise<void>
+  /**
+   * Closes sidecar `i` and starts it again: with its state directory (`restart`) or a new one
+   * (`replace`), declaring `declared` (a rollout that changes RATE_LIMIT_FLEET_SIZE); same Redis proxy.
+   */
+  cycle: (i: number, how: 'restart' | 'replace', declared?: number) => Promise<void>
 }
 
 export async function startFleet (scope: RunScope, size: number, rateLimits: string): Promise<Fleet> {
@@ -80,12 +85,12 @@ export async function startFleet (scope: RunScope, size: number, rateLimits: str
     dirs.push(dir)
     return dir
   }
-  const env = (proxy: FaultProxy, stateDir: string): Record<string, string> => ({
+  const env = (proxy: FaultProxy, stateDir: string, declared: number): Record<string, string> => ({
     AUTH_URL: oauth.url,
     UPSTREAM_URL: ti.url,
     RATE_LIMITS: rateLimits,
     RATE_LIMIT_REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
-    RATE_LIMIT_FLEET_SIZE: String(size),
+    RATE_LIMIT_FLEET_SIZE: String(declared),
     RATE_LIMIT_MAX_WAIT_MS: '0',
     RATE_LIMIT_COOLDOWN_MS: '500',
     ...Object.fromEntries(Object.entries(TIMEOUTS).map(([k, v]) => [k, String(v)])),
@@ -95,7 +100,7 @@ export async function startFleet (scope: RunScope, size: number, rateLimits: str
   for (let i = 0; i < size; i++) {
     const redisProxy = await startFaultProxy(scope, redis.port)
     const stateDir = await newDir()
-    sidecars.push({ built: await build(t, env(redisProxy, stateDir), deps), redisProxy, generation: 0, stateDir })
+    sidecars.push({ built: await build(t, env(redisProxy, stateDir, size), deps), redisProxy, generation: 0, stateDir, declared: size })
   }
   return {
     redis,
@@ -103,12 +108,13 @@ export async function startFleet (scope: RunScope, size: number, rateLimits: str
     ti,
     oauth,
     sidecars,
-    cycle: async (i, how) => {
+    cycle: async (i, how, declared) => {
       const old = sidecars[i]
       if (old === undefined) return
       await old.built.app.close()
       const stateDir = how === 'restart' ? old.stateDir : await newDir()
-      sidecars[i] = { built: await build(t, env(old.redisProxy, stateDir), deps), redisProxy: old.redisProxy, generation: old.generation + 1, stateDir }
+      const next = declared ?? old.declared
+      sidecars[i] = { built: await build(t, env(old.redisProxy, stateDir, next), deps), redisProxy: old.redisProxy, generation: old.generation + 1, stateDir, declared: next }
     }
   }
 }

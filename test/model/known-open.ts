@@ -14,7 +14,8 @@ export const KNOWN_OPEN = new Set<string>([
   // case-7 (versioned entries: another layout is a miss) since ed7ca12; case-2 under a
   // volatile-* policy (the tally carries no TTL) since the tally without TTLs; case-3-replace (a
   // newcomer holds back the share of the lapsed sidecar it replaces, redis-scripts.ts) since
-  // the newcomers' hold.
+  // the newcomers' hold; case-3-rollout (each share held by the size its sidecar declared) since
+  // Redis keeps the declarations.
 ])
 
 /** What each attributable case is, for reports. */
@@ -24,6 +25,7 @@ export const CASES: Record<string, string> = {
   'case-2-allkeys': 'over the budget at TI with Redis evicting any key (allkeys-*) under maxmemory',
   'case-3': 'over the budget at TI after a sidecar restart',
   'case-3-replace': 'over the budget at TI after a sidecar cut off was replaced by a new pod',
+  'case-3-rollout': 'over the budget at TI while sidecars declaring different fleet sizes ran side by side',
   'case-4': 'a fresh or in-stale= answer refused while the token had lapsed',
   'case-5': 'no status line within the deadline while a fetch of the key failed or hung',
   'case-6': 'two sidecars refreshed one stale key at TI at once',

@@ -21,7 +21,7 @@ const ONLY_GROUP = process.env.MODEL_GROUP === undefined ? undefined : Number(pr
 /** Each property features a few fault kinds (each run has them, among random others), so the file's runs cover every kind whatever the seed. */
 const GROUPS: FaultKind[][] = [
   ['freeze', 'tokenLapse', 'callerLeaves', 'ti5xx'],
-  ['evict', 'restart', 'tiSlow'],
+  ['evict', 'restart', 'tiSlow', 'rollout'],
   ['flush', 'cycleWhileCut', 'ti429'],
   ['slow', 'partition', 'replace', 'foreign']
 ]

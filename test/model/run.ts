@@ -135,7 +135,7 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
       // allkeys-* may evict the tally itself (a documented limit); volatile-* only keys with a TTL.
       const cause = during(from, to, (i) => i.kind === 'evict')
         ? (during(from, to, (i) => i.kind === 'evict' && i.policy?.startsWith('allkeys-') === true) ? 'case-2-allkeys' : 'case-2')
-        : cycled('replace') ? 'case-3-replace' : cycled('restart') ? 'case-3' : undefined
+        : cycled('replace') ? 'case-3-replace' : cycled('restart') ? 'case-3' : cycled('rollout') ? 'case-3-rollout' : undefined
       violate({
         check: 'never-over',
         case: cause,
@@ -275,7 +275,7 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
         const sb = answered.get(b.id)?.s
         if (sa === sb || a.at > (b.endAt ?? Infinity) || b.at > (a.endAt ?? Infinity)) continue
         const from = Math.min(a.at, b.at) - ruleModel(path).windowMs
-        if (during(from, Math.max(a.at, b.at), (f) => redisFault(f, sa) || redisFault(f, sb) || f.kind === 'restart' || f.kind === 'replace')) continue
+        if (during(from, Math.max(a.at, b.at), (f) => redisFault(f, sa) || redisFault(f, sb) || ['restart', 'replace', 'rollout'].includes(f.kind))) continue
         const key = `${a.id}+${b.id}`
         if (judgedRefreshes.has(key)) continue
         judgedRefreshes.add(key)
@@ -387,6 +387,13 @@ async function drive (fleet: Fleet, size: number, schedule: Command[], runId: st
         await fleet.cycle(s, c.op)
         // The sidecar's memory went with it; the interval lasts while a new run may lack what the old one knew.
         point(c.op, s)
+        return
+      }
+      case 'rollout': {
+        const s = c.s % size
+        point('rollout', s)
+        await fleet.cycle(s, 'replace', size + 1)
+        point('rollout', s)
         return
       }
       case 'tokenLapse':

@@ -66,6 +66,8 @@ export type Command =
   /** Sidecar `s` closed and started again: with its state (`restart`, a container restart) or as a new pod (`replace`). */
   | { op: 'restart', s: number }
   | { op: 'replace', s: number }
+  /** Sidecar `s` replaced by a new pod declaring RATE_LIMIT_FLEET_SIZE one more: old and new declarations side by side. */
+  | { op: 'rollout', s: number }
   /** The OAuth API down until a heal; time passes until every token has lapsed. */
   | { op: 'tokenLapse' }
   /** TI answers slowly (over UPSTREAM_TIMEOUT_MS when `ms` is), 5xx, or 429 until a heal. */
@@ -76,10 +78,10 @@ export type Command =
   | { op: 'heal' }
 
 export type FaultKind =
-  | 'freeze' | 'slow' | 'flush' | 'foreign' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut'
+  | 'freeze' | 'slow' | 'flush' | 'foreign' | 'evict' | 'partition' | 'restart' | 'replace' | 'cycleWhileCut' | 'rollout'
   | 'tokenLapse' | 'tiSlow' | 'ti5xx' | 'ti429' | 'callerLeaves'
 export const FAULT_KINDS: FaultKind[] = [
-  'freeze', 'slow', 'flush', 'foreign', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut',
+  'freeze', 'slow', 'flush', 'foreign', 'evict', 'partition', 'restart', 'replace', 'cycleWhileCut', 'rollout',
   'tokenLapse', 'tiSlow', 'ti5xx', 'ti429', 'callerLeaves'
 ]
 
@@ -126,6 +128,16 @@ export function commandsOf (kind: FaultKind, size: number): fc.Arbitrary<Command
           { op: 'heal' },
           { op: 'settle' },
           { op: 'burst', path: 'orders', callers: Array.from({ length: size * 2 }, (_, i) => ({ s: i % size, delayMs: 0 })) }
+        ])
+    case 'rollout':
+      // Another sidecar rolled out declaring more while one is cut off and spends its share of
+      // the orders alone: the new pod's callers then, each share held by its own declaration.
+      return fc.tuple(sidecarArb(size), fc.integer({ min: 1, max: size - 1 }))
+        .map(([s, k]): Command[] => [
+          { op: 'partition', s, how: 'cut' },
+          { op: 'rollout', s: (s + k) % size },
+          ...spendAlone(s),
+          { op: 'burst', path: 'orders', callers: Array.from({ length: ORDERS.n }, () => ({ s: (s + k) % size, delayMs: 0 })) }
         ])
     case 'tiSlow':
       // Callers of a key through one sidecar while TI hangs (or is slow): they wait for one fetch.
