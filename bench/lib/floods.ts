@@ -148,11 +148,13 @@ export interface HeldFlood {
   connections: number
   /** Connected, the head written. */
   opened: number
-  /** The first status code each connection got. */
+  /** The final (not 1xx) status code each connection got. */
   statusLines: Record<string, number>
-  /** Closed (or reset) by the sidecar before any byte of an answer. */
+  /** Connections that got a 1xx (100 Continue) before whatever followed. */
+  informational: number
+  /** Closed (or reset) by the sidecar before a final status line (a 1xx is not one). */
   closedSilently: number
-  /** Opened, accepted by the listener, and neither a status line nor a close within the bound. */
+  /** Opened, accepted by the listener, and neither a final status line nor a close within the bound. */
   hung: number
   /**
    * Opened from this side, but still half-open (SYN_RECV) on the listener's at the bound: its
@@ -162,7 +164,7 @@ export interface HeldFlood {
   notAccepted: number
   /** Connections never opened, by error (`still connecting` when the opening phase ended first). */
   connectErrors: Record<string, number>
-  /** The longest wait from a connection's opening to its status line or close, ms. */
+  /** The longest wait from a connection's opening to its final status line or close, ms. */
   slowestMs: number
   /** From the first connect to the last connection opened (or failed), ms. */
   openingMs: number
@@ -173,6 +175,20 @@ export interface FloodBounds {
   answerWithinMs: number
   /** Connections still connecting after this (SYN retries on a full accept queue) are given up. */
   connectWithinMs: number
+}
+
+/**
+ * How each connection of a flood behaves: `opening` written once connected (a head, whole or
+ * not, perhaps a body's start), `onContinue` on a `100 Continue`; then, until a final status,
+ * `dribble.piece` every `dribble.everyMs`, `times` times (a slow head or body), from the opening,
+ * or from the 100 when there is an `onContinue`. Held open `holdMs` at least from the flood's
+ * start, answered or not (idle keep-alives).
+ */
+export interface Peer {
+  opening: string
+  onContinue?: string
+  dribble?: { piece: string, everyMs: number, times: number }
+  holdMs?: number
 }
 
 /** Beyond a listener's header timeout and the check that enforces it: a busy machine's delay, not a hang. */
@@ -189,15 +205,39 @@ export const FLOOD_BOUNDS: { admin: FloodBounds, proxy: FloodBounds } = {
 }
 
 /**
- * `n` connections at once to `port`, each writing `bytes` once connected and then holding it,
- * until every one was answered (a status line) or closed, or its bound passed.
+ * What a connection got so far: its final status (the first status line not 1xx, or the first
+ * line of an answer that is not HTTP), or undefined while it has only 1xx heads or part of a
+ * line; and how many whole 1xx heads came before.
  */
-export async function holdFlood (port: number, n: number, bytes: string, bounds: FloodBounds): Promise<HeldFlood> {
-  interface Conn { socket: Socket, openedAt?: number, answeredAt?: number, failed?: boolean }
+export function finalStatus (text: string): { final: string | undefined, informational: number } {
+  let informational = 0
+  let at = 0
+  for (;;) {
+    const line = /^HTTP\/1\.[01] (\d{3})/.exec(text.slice(at, at + 16))
+    if (line?.[1] === undefined) {
+      const end = text.indexOf('\r\n', at)
+      return { final: end === -1 ? undefined : text.slice(at, end), informational }
+    }
+    if (!line[1].startsWith('1')) return { final: line[1], informational }
+    const end = text.indexOf('\r\n\r\n', at)
+    if (end === -1) return { final: undefined, informational }
+    informational += 1
+    at = end + 4
+  }
+}
+
+/**
+ * `n` connections at once to `port`, each behaving as `peer` (or writing `peer` once connected
+ * and holding it), until every one got a final status line or was closed, or its bound passed.
+ */
+export async function holdFlood (port: number, n: number, peer: string | Peer, bounds: FloodBounds): Promise<HeldFlood> {
+  interface Conn { socket: Socket, openedAt?: number, answeredAt?: number, failed?: boolean, text: string, continued: boolean, drip?: NodeJS.Timeout }
+  const { opening, onContinue, dribble, holdMs = 0 } = typeof peer === 'string' ? { opening: peer } : peer
   const conns: Conn[] = []
   const statusLines: Record<string, number> = {}
   const connectErrors: Record<string, number> = {}
   let closedSilently = 0
+  let informational = 0
   const started = performance.now()
   let lastSettled = started
   let settled = 0
@@ -207,22 +247,40 @@ export async function holdFlood (port: number, n: number, bytes: string, bounds:
     lastSettled = performance.now()
     if (++settled === n) settle()
   }
+  const drip = (conn: Conn, left: number): void => {
+    if (dribble === undefined || left <= 0) return
+    conn.drip = setTimeout(() => {
+      if (conn.answeredAt !== undefined || conn.socket.destroyed) return
+      conn.socket.write(dribble.piece)
+      drip(conn, left - 1)
+    }, dribble.everyMs)
+  }
   for (let i = 0; i < n; i++) {
-    const conn: Conn = { socket: connect(port, '127.0.0.1') }
+    const conn: Conn = { socket: connect(port, '127.0.0.1'), text: '', continued: false }
     conns.push(conn)
     const { socket } = conn
     socket.once('connect', () => {
       conn.openedAt = performance.now()
-      socket.write(bytes)
+      socket.write(opening)
+      if (onContinue === undefined) drip(conn, dribble?.times ?? 0)
       settledOne()
     })
-    socket.once('data', (chunk: Buffer) => {
+    socket.on('data', (chunk: Buffer) => {
       if (conn.answeredAt !== undefined) return
+      conn.text += chunk.toString('latin1')
+      const seen = finalStatus(conn.text)
+      if (seen.informational > 0 && !conn.continued) {
+        conn.continued = true
+        informational += 1
+        if (onContinue !== undefined) {
+          socket.write(onContinue)
+          drip(conn, dribble?.times ?? 0)
+        }
+      }
+      if (seen.final === undefined) return
       conn.answeredAt = performance.now()
-      const line = chunk.toString('latin1').split('\r\n')[0] ?? ''
-      count(statusLines, line.split(' ')[1] ?? line)
+      count(statusLines, seen.final)
     })
-    socket.on('data', () => {})
     socket.on('error', (err: NodeJS.ErrnoException) => {
       if (conn.openedAt !== undefined || conn.failed === true) return
       conn.failed = true
@@ -257,12 +315,17 @@ export async function holdFlood (port: number, n: number, bytes: string, bounds:
     if (conn.answeredAt !== undefined) slowestMs = Math.max(slowestMs, conn.answeredAt - conn.openedAt)
     else if (halfOpen.has(conn.socket.localPort ?? 0)) notAccepted += 1
     else hung += 1
+  }
+  await sleep(Math.max(0, started + holdMs - performance.now()))
+  for (const conn of conns) {
+    clearTimeout(conn.drip)
     conn.socket.destroy()
   }
   return {
     connections: n,
     opened: conns.filter((c) => c.openedAt !== undefined).length,
     statusLines,
+    informational,
     closedSilently,
     hung,
     notAccepted,

@@ -89,6 +89,8 @@ export interface LoadUpstream {
   hold: (on: boolean) => void
   /** Calls held since the upstream started. */
   held: () => number
+  /** Calls received (held or answered) for this path since the upstream started. */
+  received: (path: string) => number
   close: () => void
 }
 
@@ -98,9 +100,12 @@ export function startLoadUpstream (): LoadUpstream {
   let holding = false
   const holds: ServerResponse[] = []
   let heldCalls = 0
+  const received = new Map<string, number>()
   const denied = JSON.stringify({ error: 'InvalidApiKeyForGivenResource', detail: 'x'.repeat(DENIED_BODY_BYTES) })
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume()
+    const path = (req.url ?? '').split('?')[0] ?? ''
+    received.set(path, (received.get(path) ?? 0) + 1)
     if (holding) {
       heldCalls += 1
       holds.push(res)
@@ -126,6 +131,7 @@ export function startLoadUpstream (): LoadUpstream {
       if (!on) for (const res of holds.splice(0)) res.destroy()
     },
     held: () => heldCalls,
+    received: (path) => received.get(path) ?? 0,
     close: () => { server.closeAllConnections(); server.close() }
   }
 }
