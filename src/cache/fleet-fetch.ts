@@ -76,6 +76,7 @@ const FLEET_WIDE_ERRORS: ReadonlySet<string> = new Set(['UPSTREAM_UNREACHABLE', 
  */
 export function fleetWide (failure: Failure): boolean {
   if ('answer' in failure) return true
+  if (failure.own === true) return false
   const code = (failure.error as { code?: unknown }).code
   return typeof code === 'string' && FLEET_WIDE_ERRORS.has(code)
 }

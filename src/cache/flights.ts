@@ -12,7 +12,7 @@ import type { Entry } from './entries.js'
  */
 export type Failure =
   | { readonly answer: { readonly statusCode: number, readonly headers: Record<string, string | string[] | undefined>, readonly body: Buffer } }
-  | { readonly error: Error, readonly retryAfterSeconds?: number }
+  | { readonly error: Error, readonly retryAfterSeconds?: number, /** This sidecar's own state caused it (its budget cannot be checked): not the fleet's answer. */ readonly own?: true }
 
 /** What a flight ended with: the stored answer, or one standing in for TI's failure, or none. */
 export interface FlightResult {

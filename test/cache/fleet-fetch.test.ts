@@ -75,6 +75,12 @@ t.test('a failed fetch leaves its failure in the claim\'s place', async (t) => {
   await fleet.turn(key, {}, undefined, caller)
   fleet.ended('k', { entry: entry(1), standsIn: true, failure: { error: new UpstreamTimeoutError() } })
   t.equal(redis.calls.at(-1), 'release k failed', 'also when a stale answer stood in for it here')
+  await fleet.turn(key, {}, undefined, caller)
+  fleet.ended('k', { entry: undefined, standsIn: false, failure: { error: new UpstreamRateLimitedError('the fleet\'s budget is spent') } })
+  t.equal(redis.calls.at(-1), 'release k failed', 'the fleet\'s budget spent is every sidecar\'s answer')
+  await fleet.turn(key, {}, undefined, caller)
+  fleet.ended('k', { entry: undefined, standsIn: false, failure: { error: new UpstreamRateLimitedError('cannot be checked'), own: true } })
+  t.equal(redis.calls.at(-1), 'release k', 'a budget this sidecar could not check is its own: the claim just goes')
 })
 
 t.test('a refresh claims knowing how long its own copy has left', async (t) => {

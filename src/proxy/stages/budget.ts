@@ -43,8 +43,9 @@ export function createBudgetStage ({ quota, cache, metrics, fields, idempotency 
     fields?.refused(rule, reply.raw, verdict.retryAfterMs)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')
     const error = new UpstreamRateLimitedError(message)
-    // Those waiting for this fetch are refused with it, at once, not one budget wait each.
-    fill?.flight.fail({ error, retryAfterSeconds })
+    // Those waiting for this fetch are refused with it, at once, not one budget wait each;
+    // other sidecars' only when it is the fleet's budget (a degraded one is this sidecar's).
+    fill?.flight.fail({ error, retryAfterSeconds, ...(verdict.reason === 'degraded' ? { own: true } : {}) })
     sendError(reply, error, metrics, { retryAfterSeconds })
   }
 
