@@ -71,6 +71,9 @@ function clientHooks (hooks: ForwardHooks, exchange: Exchange, client: Span): Fo
     client.setAttribute('error.type', type)
     client.setStatus({ code: SpanStatusCode.ERROR })
   }
+  // The read cache labels TI's answer when its status line arrives, for the case that it is
+  // passed on as it comes; a held one is stored and served with its own label (request.ts).
+  let passThrough: string | undefined
   return {
     ...hooks,
     answer (statusCode, headers) {
@@ -82,7 +85,11 @@ function clientHooks (hooks: ForwardHooks, exchange: Exchange, client: Span): Fo
         if (statusCode >= 500) fail(String(statusCode))
       }
       const cacheStatus = headers['cache-status']
-      if (typeof cacheStatus === 'string' && cacheStatus.startsWith('store-auth-proxy')) exchange.span.addEvent('cache', { 'cache.status': cacheStatus })
+      passThrough = typeof cacheStatus === 'string' && cacheStatus.startsWith('store-auth-proxy') ? cacheStatus : undefined
+    },
+    started () {
+      if (passThrough !== undefined) exchange.span.addEvent('cache', { 'cache.status': passThrough })
+      hooks.started()
     },
     held (answer) {
       if (answer.statusCode === 401) exchange.span.addEvent('401 from TI', { 'token.replay': true })

@@ -534,7 +534,7 @@ const answers = {
   miss: () => {
     const s = server(2)
     return [s.name, s.parentSpanId, s.resource['service.name'], s.resource['deployment.environment.name'], s.attributes['http.response.status_code'],
-      event(s, 'cache')['cache.status']?.split(';')[1]?.trim(), clients(2).map((c) => `${c.parentSpanId === s.spanId ? 'child' : 'orphan'} ${c.attributes['http.response.status_code']}`).join()].join(' ')
+      event(s, 'cache')['cache.result'], clients(2).map((c) => `${c.parentSpanId === s.spanId ? 'child' : 'orphan'} ${c.attributes['http.response.status_code']}`).join()].join(' ')
   },
   hit: () => `${event(server(3), 'cache')['cache.result']} sends=${clients(3).length}`,
   // The second of two at once waits (the first too, if the caller's own call just spent the second).
@@ -557,7 +557,7 @@ JS
 }
 said=$(ask miss)
 check "a catalog miss: the server span continues the caller's trace, with the service name configured, and its client span is its child (got: $said)" \
-  eq "$said" "GET /v2/store/products/catalog 0000000000000002 caller-sidecar compose 200 fwd=miss child 200"
+  eq "$said" "GET /v2/store/products/catalog 0000000000000002 caller-sidecar compose 200 miss child 200"
 said=$(ask hit)
 check "the catalog's next call: served from the cache, nothing sent to TI (got: $said)" eq "$said" "hit sends=0"
 said=$(ask budget)
