@@ -57,10 +57,12 @@ export function startSdk (config: TracingConfig, { metrics, version }: { metrics
     exported: (count) => { metrics.traceSpansExported.inc(count) }
   })
   const provider = new TracerProvider({
+    // OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES (the SDK specification).
     resource: resourceFromAttributes({
-      'service.name': config.serviceName === '' ? 'store-auth-proxy' : config.serviceName,
+      'service.name': 'store-auth-proxy',
       'service.version': version,
-      ...config.resourceAttributes
+      ...config.resourceAttributes,
+      ...(config.serviceName === '' ? {} : { 'service.name': config.serviceName })
     }),
     sampler: samplerFor(config),
     spanProcessors: [processor]

@@ -71,11 +71,30 @@ t.test('what the sidecar would refuse, the schema refuses; extraEnv cannot set t
   t.match(refusal([...on, '--set', 'tracing.protocol=grpc']), /tracing/, 'no gRPC')
   t.match(refusal([...on, '--set', 'tracing.sampler=sometimes']), /tracing/, 'an unknown sampler')
   t.match(refusal([...on, '--set', 'tracing.samplerArg=2']), /tracing/, 'a ratio above 1')
-  t.match(refusal([...on, '--set-json', 'tracing.resourceAttributes={"a":"b,c"}']), /tracing/, 'a comma inside a value')
+  t.match(refusal([...on, '--set', 'tracing.endpoint=http://collector:99999']), /tracing/, 'a port past 65535')
   t.match(refusal([...on, '--set-json', 'proxy.extraEnv=[{"name":"OTEL_TRACES_SAMPLER","value":"always_on"}]']),
     /proxy\.extraEnv sets OTEL_TRACES_SAMPLER, which the chart already renders/, 'set with tracing on: refused')
   t.match(refusal([...on, '--set', 'tracing.serviceName=s', '--set-json', 'proxy.extraEnv=[{"name":"OTEL_SERVICE_NAME","value":"x"}]']),
     /proxy\.extraEnv sets OTEL_SERVICE_NAME/)
   const off = otel(await envFor([...example, '--set-json', 'proxy.extraEnv=[{"name":"OTEL_EXPORTER_OTLP_ENDPOINT","value":"http://c:4318"}]'], 'demo'))
   t.same(off, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' }, 'with tracing off, extraEnv still may set them (as before these values)')
+})
+
+t.test('what the schema accepts, the sidecar starts with, as given (an outside review)', async (t) => {
+  const on = [...standalone, '--set', 'tracing.endpoint=http://otel-collector.observability:4318']
+  const read = async (extra: string[]) => {
+    const env = otel(await envFor([...on, ...extra], 'gateway'))
+    const problems: string[] = []
+    return { env, problems, config: loadTracing(env, problems) }
+  }
+  const odd = await read(['--set-json', 'tracing.resourceAttributes={"team.budget":"100%","note":"a%20b","list":"x,y"}'])
+  t.same(odd.problems, [], 'a %, a percent-encoding look-alike and a comma in values: the sidecar starts')
+  t.same(odd.config?.resourceAttributes, { 'team.budget': '100%', note: 'a%20b', list: 'x,y' }, 'each value as given in values')
+  const nulls = await read(['--set-json', 'tracing.protocol=null', '--set-json', 'tracing.sampler=null', '--set-json', 'tracing.propagateUpstream=null'])
+  t.same(nulls.problems, [], 'values removed by an override: the sidecar starts')
+  t.notOk('OTEL_EXPORTER_OTLP_PROTOCOL' in nulls.env || 'OTEL_TRACES_SAMPLER' in nulls.env || 'OTEL_PROPAGATE_UPSTREAM' in nulls.env, 'and none is rendered: the sidecar\'s defaults')
+  for (const endpoint of ['http://[::1]:4318', 'https://collector:65535/otlp', 'http://10.0.0.7']) {
+    const { problems } = await read(['--set', `tracing.endpoint=${endpoint}`])
+    t.same(problems, [], `${endpoint}: accepted by both`)
+  }
 })

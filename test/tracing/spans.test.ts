@@ -173,3 +173,12 @@ t.test('an answer too large to store, passed on as it comes: its label is on the
   const span = await serverSpan(t, receiver, (s) => s.traceId === '6'.repeat(32))
   t.same(span.events.filter((e) => e.name === 'cache').map((e) => e.attributes['cache.status']), [got.headers['cache-status']])
 })
+
+t.test('OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES; without it, that one', async (t) => {
+  const named = await tracedSidecar(t, { OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attributes,team=shop' })
+  await call(named.sidecar.proxyUrl, '/v2/store/x', 'n')
+  t.match((await serverSpan(t, named.receiver, () => true)).resource, { 'service.name': 'shop-sidecar', team: 'shop' })
+  const unnamed = await tracedSidecar(t, { OTEL_SERVICE_NAME: '', OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attributes' })
+  await call(unnamed.sidecar.proxyUrl, '/v2/store/x', 'u')
+  t.equal((await serverSpan(t, unnamed.receiver, () => true)).resource['service.name'], 'from-attributes')
+})

@@ -345,14 +345,18 @@ loads none of it, and none is rendered.
 {{- if .endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .endpoint | quote }}
+{{- with .protocol }}
 - name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ .protocol | quote }}
+  value: {{ . | quote }}
+{{- end }}
 {{- with .serviceName }}
 - name: OTEL_SERVICE_NAME
   value: {{ . | quote }}
 {{- end }}
+{{- with .sampler }}
 - name: OTEL_TRACES_SAMPLER
-  value: {{ .sampler | quote }}
+  value: {{ . | quote }}
+{{- end }}
 {{- if not (kindIs "invalid" .samplerArg) }}
 - name: OTEL_TRACES_SAMPLER_ARG
   value: {{ .samplerArg | toString | quote }}
@@ -360,13 +364,16 @@ loads none of it, and none is rendered.
 {{- with .resourceAttributes }}
 {{- $pairs := list }}
 {{- range $key, $value := . }}
-{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- /* The variable's values are percent-encoded (the sidecar decodes them): a % or a comma stays itself. */}}
+{{- $pairs = append $pairs (printf "%s=%s" $key ($value | replace "%" "%25" | replace "," "%2C")) }}
 {{- end }}
 - name: OTEL_RESOURCE_ATTRIBUTES
   value: {{ join "," $pairs | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .propagateUpstream) }}
 - name: OTEL_PROPAGATE_UPSTREAM
   value: {{ .propagateUpstream | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
