@@ -12,6 +12,8 @@ export default area('cache', {
     'test/cache/flights.test.ts',
     'test/cache/flight-failures.test.ts',
     'test/cache/fleet-fetch.test.ts',
+    'test/cache/fleet-claims-redis.test.ts',
+    'test/cache/fleet-fetch-late-claim.test.ts',
     'test/cache/rules.test.ts',
     'test/cache/http-rules.test.ts'
   ],
