@@ -5,11 +5,13 @@ import { EventEmitter } from 'node:events'
 import t from 'tap'
 import type { Entry } from '../../src/cache/entries.js'
 import {
-  FAILURE_SHOWN_MS, FLEET_POLL_MS, LEASE_MS, createFleetFetch, decodeFailure, encodeFailure, failureAnswer, type Claim, type FleetClaims
+  FAILURE_SHOWN_MS, FLEET_POLL_MS, LEASE_MS, createFleetFetch, decodeFailure, encodeFailure, failureAnswer, fleetWide, type Claim, type FleetClaims
 } from '../../src/cache/fleet-fetch.js'
 import type { Failure } from '../../src/cache/flights.js'
 import type { CacheKey } from '../../src/cache/policy.js'
-import { UpstreamRateLimitedError, UpstreamTimeoutError } from '../../src/http/errors.js'
+import {
+  TokenUnavailableError, UpstreamBadResponseError, UpstreamRateLimitedError, UpstreamTimeoutError, UpstreamUnreachableError
+} from '../../src/http/errors.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 
 const key = { id: 'k', display: '/a' } as unknown as CacheKey
@@ -269,4 +271,35 @@ t.test('a value in Redis the request cannot use is no newer entry: it claims pas
   const turn = b.fleet.turn(key, {}, undefined, b.caller, true)
   await b.clock.tick(FLEET_POLL_MS)
   t.same(await turn, { kind: 'entry', entry: newer }, 'the claimant\'s entry, read once its claim went')
+})
+
+t.test('which failures are the fleet\'s: TI\'s answers and TI\'s own trouble, not this sidecar\'s', async (t) => {
+  t.equal(fleetWide({ answer: { statusCode: 404, headers: {}, body: Buffer.alloc(0) } }), true, 'TI\'s answer')
+  for (const error of [new UpstreamUnreachableError(), new UpstreamTimeoutError(), new UpstreamBadResponseError(), new UpstreamRateLimitedError('spent')]) {
+    t.equal(fleetWide({ error }), true, (error as { code: string }).code)
+  }
+  t.equal(fleetWide({ error: new TokenUnavailableError() }), false, 'no token of its own')
+  t.equal(fleetWide({ error: new Error('boom') }), false, 'no code')
+  t.equal(fleetWide({ error: Object.assign(new Error('x'), { code: 42 }) }), false, 'a code that is no string')
+})
+
+t.test('an error is shown as the sidecar\'s own answer only with both its code and its status', async (t) => {
+  const coded = failureAnswer({ error: Object.assign(new Error('half'), { code: 'SOMETHING' }) })
+  t.equal(coded.statusCode, 500)
+  t.same(JSON.parse(coded.body.toString()).error, 'INTERNAL_ERROR', 'a code without a status')
+  const statused = failureAnswer({ error: Object.assign(new Error('half'), { statusCode: 418 }) })
+  t.equal(statused.statusCode, 500)
+  t.same(JSON.parse(statused.body.toString()).error, 'INTERNAL_ERROR', 'a status without a code')
+  t.equal(decodeFailure('{"statusCode":500,"headers":{},"body":""}'), undefined, 'a record without the failed: mark')
+})
+
+t.test('a claimant gone with nothing stored: a request that can use what is stored claims again, it does not take the stale copy', async (t) => {
+  const a = setup(entry(0))
+  a.store(entry(-5))
+  a.redis.claimsSay.push({ kind: 'held' }, { kind: 'claimed' })
+  a.redis.looksSay.push({ stored: false, held: 'none' })
+  const turn = a.fleet.turn(key, {}, entry(0), a.caller)
+  await a.clock.tick(FLEET_POLL_MS)
+  t.same(await turn, { kind: 'fetch' }, 'it claims the fetch')
+  t.equal(a.redis.calls.filter((c) => c.startsWith('claim')).length, 2)
 })
