@@ -3,55 +3,18 @@
 // spends ⌊N / its own size⌋ alone (fleet-alone.ts); the promise: whoever's script runs, Redis
 // holds at least that for it, and releases a lapsed one only when no declaration on record
 // lets it still run. The first cases are an outside review's reproductions.
-import type { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Member, RedisStore } from '../../src/quota/redis-backend.js'
+import type { Member } from '../../src/quota/redis-backend.js'
 import type { Limit } from '../../src/config/rate-limit-rules.js'
-import { fleetRedis } from './fleet-redis.js'
+import { sizedFleet, type SizedFleet } from './fleet-redis.js'
 
 const PREFIX = 'rollout:'
 const HOUR_MS = 3_600_000
 const limit = (count: number, windowMs: number): Limit => ({ count, windowMs, text: `${count}/${windowMs}ms` })
 
-interface Fleet {
-  store: RedisStore
-  admin: Redis
-  /** A sidecar declaring `floor`; `ttlMs` short to let it lapse (cut off, perhaps spending alone). */
-  member: (id: string, floor: number, ttlMs?: number) => Member
-  join: (...members: Member[]) => Promise<number>
-  /** How many of `n` takes Redis admits for `m`, one after another. */
-  admitted: (m: Member, limits: Limit[], n: number) => Promise<number>
-  lapsed: () => Promise<string[]>
-  floors: () => Promise<Record<string, string>>
-}
-
-async function fleet (t: Test, timeoutMs = 2_000): Promise<Fleet> {
-  const { store, admin } = await fleetRedis(t, PREFIX, timeoutMs)
-  let epoch = ''
-  let sends = 0
-  return {
-    store,
-    admin,
-    member: (id, floor, ttlMs = 60_000) => ({ id, presenceTtlMs: ttlMs, fleetFloor: floor, epoch }),
-    join: async (...members) => {
-      let present = 0
-      for (const m of members) {
-        const reply = await store.reassert(m, [], 'e')
-        epoch = m.epoch = reply.epoch
-        present = reply.present
-      }
-      return present
-    },
-    admitted: async (m, limits, n) => {
-      let ok = 0
-      for (let i = 0; i < n; i++) if ((await store.take(m, 'GET /r', limits, `s${sends++}`)).code === 'ok') ok++
-      return ok
-    },
-    lapsed: async () => await admin.zrange(`${PREFIX}lapsed`, '0', '-1'),
-    floors: async () => await admin.hgetall(`${PREFIX}floors`)
-  }
-}
+type Fleet = SizedFleet
+const fleet = async (t: Test, timeoutMs = 2_000): Promise<Fleet> => await sizedFleet(t, PREFIX, { timeoutMs })
 
 /** `m` joins and is cut off: its presence lapses (30 ms; waited on Redis's clock, more is only more lapsed). */
 async function cutOff (f: Fleet, m: Member): Promise<void> {

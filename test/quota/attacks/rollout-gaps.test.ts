@@ -11,45 +11,16 @@
 // The rollout cases are todo (reported, not failed) until the scripts settle them.
 import t, { type Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Redis } from 'ioredis'
-import type { Member, RedisStore } from '../../../src/quota/redis-backend.js'
+import type { Member } from '../../../src/quota/redis-backend.js'
 import type { Limit } from '../../../src/config/rate-limit-rules.js'
-import { fleetRedis } from '../fleet-redis.js'
+import { sizedFleet, type SizedFleet } from '../fleet-redis.js'
 
 const PREFIX = 'rv:'
 const SCOPE = 'GET /r'
 const limit = (count: number, windowMs: number): Limit => ({ count, windowMs, text: `${count}/${windowMs}ms` })
 
-interface F {
-  store: RedisStore
-  admin: Redis
-  member: (id: string, floor: number, ttlMs?: number) => Member
-  join: (...m: Member[]) => Promise<void>
-  beat: (...m: Member[]) => Promise<void>
-  admitted: (m: Member, lim: Limit[], n: number) => Promise<number>
-  lapsed: () => Promise<string[]>
-  floors: () => Promise<Record<string, string>>
-}
-
-async function fleet (t: Test, timeoutMs = 200): Promise<F> {
-  const { store, admin } = await fleetRedis(t, PREFIX, timeoutMs)
-  let epoch = ''
-  let sends = 0
-  return {
-    store,
-    admin,
-    member: (id, floor, ttlMs = 1_000) => ({ id, presenceTtlMs: ttlMs, fleetFloor: floor, epoch }),
-    join: async (...ms) => { for (const m of ms) { const r = await store.reassert(m, [], 'e', true); epoch = m.epoch = r.epoch } },
-    beat: async (...ms) => { for (const m of ms) await store.heartbeat(m, []) },
-    admitted: async (m, lim, n) => {
-      let ok = 0
-      for (let i = 0; i < n; i++) if ((await store.take(m, SCOPE, lim, `s${sends++}`)).code === 'ok') ok++
-      return ok
-    },
-    lapsed: async () => await admin.zrange(`${PREFIX}lapsed`, '0', '-1'),
-    floors: async () => await admin.hgetall(`${PREFIX}floors`)
-  }
-}
+type F = SizedFleet
+const fleet = async (t: Test, timeoutMs = 200): Promise<F> => await sizedFleet(t, PREFIX, { timeoutMs, ttlMs: 1_000, newRun: true, scope: SCOPE })
 
 /** `m` present, then gone from Redis's sight without leaving (cut off: alive; or killed: dead). */
 async function lapse (f: F, m: Member): Promise<void> {
