@@ -72,7 +72,8 @@ const FLEET_WIDE_ERRORS: ReadonlySet<string> = new Set(['UPSTREAM_UNREACHABLE', 
 /**
  * Whether a failed fetch is every sidecar's answer: TI's own, or TI unreachable, slow or
  * refusing, or the shared budget spent. Not this sidecar's own trouble (no token of its own,
- * its egress proxy, its overload, its shutdown): another sidecar's waiters fetch for themselves.
+ * its egress proxy, its overload, its shutdown, a budget it could not check: `own`): another
+ * sidecar's waiters fetch for themselves.
  */
 export function fleetWide (failure: Failure): boolean {
   if ('answer' in failure) return true
@@ -170,8 +171,8 @@ export interface FleetFetchOptions {
 export function createFleetFetch ({ claims, clock, fillMs, find, failed }: FleetFetchOptions) {
   /** The claims this sidecar holds: their value, and the timer that renews them. */
   const held = new Map<string, { value: string, cancel: () => void }>()
-  // A claim's value is this run's alone (every container's sidecar may be pid 1): a release or a
-  // take-back deletes only its own claim.
+  // A claim's value is this run's alone (every container's sidecar may be pid 1): a renewal or
+  // a release touches only its own claim.
   const run = randomUUID()
   let claimsMade = 0
 
