@@ -1,4 +1,4 @@
-// The admin listener is bounded on its own (issue 35, case 1): beyond ADMIN_MAX_CONNECTIONS a new
+// The admin listener is bounded on its own (every listener bounded, case 1): beyond ADMIN_MAX_CONNECTIONS a new
 // connection whose first read is not a whole head gets 503 OVERLOADED and is closed, counted and
 // logged once, while one whose first read is a whole head (a probe, a scrape) is still served and
 // closed after its answer; its slow heads are cut short; and it answers /livez while the proxy

@@ -1,4 +1,4 @@
-// STATUS_FROM (issue 35): /status shows the configuration and the client id, so by default it
+// STATUS_FROM (every listener bounded): /status shows the configuration and the client id, so by default it
 // answers only loopback peers (kubectl port-forward, exec); any other peer gets 403, while
 // /livez, /readyz and /metrics stay reachable from the pod network. `any` serves everyone.
 import t from 'tap'

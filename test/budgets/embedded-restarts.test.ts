@@ -1,4 +1,4 @@
-// Issue 34, case 3, embedded mode: with STATE_DIR the ledger outlives a restart, so a
+// Where the features meet, case 3, embedded mode: with STATE_DIR the ledger outlives a restart, so a
 // crash-looping sidecar never gets a fresh budget; a missing file is a first start, a corrupt
 // one is the worst case (every budget held as spent for one window, said in the log).
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs'

@@ -1,4 +1,4 @@
-// Issue 34, case 3: a sidecar cut off from Redis spends its share alone; restarted before it
+// Where the features meet, case 3: a sidecar cut off from Redis spends its share alone; restarted before it
 // told Redis, its sends were lost and the share was spent twice: 4 sends within 600 ms under
 // 3/6s (fleet of 3). With STATE_DIR the restarted sidecar reads its ledger and tells Redis
 // those sends, under the same member id, before it shares again.

@@ -1,4 +1,4 @@
-// A flight that fails ends for all its waiters at once with its failure (issue 34, case 5):
+// A flight that fails ends for all its waiters at once with its failure (where the features meet, case 5):
 // none of them fetches again after it, one after another.
 import { EventEmitter } from 'node:events'
 import t from 'tap'

@@ -1,4 +1,4 @@
-// HTTP's own rules for a shared cache where RFC 9111 says MUST (issue 34, case 9), the
+// HTTP's own rules for a shared cache where RFC 9111 says MUST (where the features meet, case 9), the
 // invalidation a write causes (case 8), and what an entry in Redis must be to be one (case 7):
 // the pure parts, table-driven.
 import t from 'tap'
@@ -187,7 +187,7 @@ t.test('an entry in Redis: its version, every field and its body checked; its ag
   for (const value of [null, 5, 'text', [1, 2]]) t.equal(decodeEntry(raw(value), 0, 0), typeof value === 'object' && value !== null ? 'another version' : 'not an entry', JSON.stringify(value))
   t.equal(decodeEntry(Buffer.from([0, 0, 0, 9, 123]), 0, 0), 'not an entry', 'a description cut short')
   t.equal(decodeEntry(Buffer.alloc(0), 0, 0), 'not an entry')
-  // The layout before versions (issue 34's case 7: a rolling update).
+  // The layout before versions (the features-meet case 7: a rolling update).
   t.equal(decodeEntry(raw(rest), 0, 0), 'another version')
 })
 

@@ -1,4 +1,4 @@
-// Issue 34, case 2 (the cache's side): the fleet's copies in Redis never make Redis evict or
+// Where the features meet, case 2 (the cache's side): the fleet's copies in Redis never make Redis evict or
 // refuse a budget's key. Their bytes are bounded by CACHE_REDIS_MAX_BYTES in the same atomic
 // step as each store, which evicts only the cache's own entries; every key of the cache has a
 // TTL; a store never makes an answer look younger than it is, nor replaces a newer one.

@@ -1,4 +1,4 @@
-// Issue 34, the read cache's cases: an entry of another layout in Redis (7), a write that
+// Where the features meet, the read cache's cases: an entry of another layout in Redis (7), a write that
 // leaves the stored GET in place (8), and HTTP's own rules for a shared cache (9), through
 // real sidecars, a recording TI and (where the fleet matters) a real Redis.
 import { setTimeout as sleep } from 'node:timers/promises'

@@ -1,4 +1,4 @@
-// The egress proxy variables, parsed once in config (issue 35, case 4): what check-config accepts,
+// The egress proxy variables, parsed once in config (every listener bounded, case 4): what check-config accepts,
 // serve can use. A `%` that does not start an escape in the user or password is a configuration
 // error naming the variable, never its value.
 import t from 'tap'

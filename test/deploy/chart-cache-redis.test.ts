@@ -1,4 +1,4 @@
-// The chart's rateLimits.cache.redisMaxBytes (issue 34, case 2): rendered as
+// The chart's rateLimits.cache.redisMaxBytes (where the features meet, case 2): rendered as
 // CACHE_REDIS_MAX_BYTES only when set (0 included: no copies in Redis), refused by the schema
 // outside the sidecar's bounds. On a real render validated against Kubernetes' schemas.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// Expect: 100-continue answered from the head (issue 35, case 5; RFC 9110 §10.1.1): 100 only
+// Expect: 100-continue answered from the head (every listener bounded, case 5; RFC 9110 §10.1.1): 100 only
 // when the request will be admitted; otherwise the final status (413 over MAX_BODY_BYTES by its
 // Content-Length, 503 while shedding), and the body is never invited.
 import { connect } from 'node:net'

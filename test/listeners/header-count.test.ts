@@ -1,4 +1,4 @@
-// MAX_HEADER_COUNT (issue 35, case 2): a request with more header fields than the cap gets 431,
+// MAX_HEADER_COUNT (every listener bounded, case 2): a request with more header fields than the cap gets 431,
 // never served with fields silently dropped (Node's maxHeadersCount alone drops them), whatever
 // the count's place among the batches of 32 in which Node's parser hands fields to JavaScript.
 import fc from 'fast-check'

@@ -1,7 +1,7 @@
 // Every outbound request goes through a dispatcher the sidecar chose: the route /status shows
 // is the route taken. Node 24's NODE_USE_ENV_PROXY=1 (a platform may set it for every Node
 // process) makes undici's global dispatcher an EnvHttpProxyAgent, and any module may call
-// setGlobalDispatcher(): neither may carry the token request or a store call (issue 35, case 3).
+// setGlobalDispatcher(): neither may carry the token request or a store call (every listener bounded, case 3).
 import t from 'tap'
 import { getGlobalDispatcher, ProxyAgent, request, setGlobalDispatcher } from 'undici'
 import { CLIENT_ID, CLIENT_SECRET, startSidecar, startStandIn } from '../helpers/build.js'

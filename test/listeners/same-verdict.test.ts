@@ -1,4 +1,4 @@
-// check-config and serve run the same checks (issue 35, case 4): fed the same hostile proxy and
+// check-config and serve run the same checks (every listener bounded, case 4): fed the same hostile proxy and
 // Redis URLs (`%`, `@`, `:`, brackets, unicode), the two reach the same verdict, and serve never
 // fails with anything but a configuration error naming the variable: never a stack trace.
 // In-process here (serve's build, without listening or asking for anything: no traffic leaves);

@@ -1,4 +1,4 @@
-// Schedules that broke the whole-path promise, one per case of issue 34 the model meets,
+// Schedules that broke the whole-path promise, one per features-meet case the model meets,
 // replayed by the model's runner (run.ts: the same fleet, the same checks after every step),
 // with nothing gated: each must hold. While its case is in KNOWN_OPEN (its fix not on main) the
 // test is a `todo`: it runs and reports, but does not fail. A replay fails only where its defect

@@ -37,7 +37,7 @@ export const TIMEOUTS = {
 } as const
 
 /**
- * The setting a persisted ledger lives in, once the sidecar has one (issue 34: "a ledger
+ * The setting a persisted ledger lives in, once the sidecar has one (where the features meet: "a ledger
  * persisted to a small state directory"): a restarted sidecar keeps its directory, a
  * replaced one gets a new, empty one. Found in the schema, so the model needs no change the
  * day it lands.

@@ -1,4 +1,4 @@
-// The cases of issue 34 (and the model's own findings, FINDINGS.md) whose fix is not on main
+// The features-meet cases (and the model's own findings, FINDINGS.md) whose fix is not on main
 // yet. A violation the model attributes to one of them is reported, not failed; every other
 // violation fails the run. Shrink this list as each fix lands: the model then holds the
 // fixed code to the promise, and counterexamples.test.ts turns its case's test into a real one.

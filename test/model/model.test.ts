@@ -1,4 +1,4 @@
-// One model for the whole request path (issue 34): fast-check schedules drive 2–3 in-process
+// One model for the whole request path (where the features meet): fast-check schedules drive 2–3 in-process
 // sidecars on one real redis-server — catalog callers under a budget with cache= and stale=,
 // Redis frozen, slow, emptied, evicting, partitioned from some sidecars, sidecars restarted and
 // replaced (while cut off too), the OAuth API down while tokens lapse, TI slow, failing and

@@ -1,5 +1,5 @@
 // Runs one whole-path schedule against a fresh fleet and checks the combined promise of
-// issue 34 after every step:
+// where the features meet after every step:
 //   never-over    for each rule, TI's arrivals (this process's monotonic clock) in any
 //                 interval of W − TRANSIT_MS number at most N;
 //   deadline      every caller that stays gets a status line within DEADLINE_MS;

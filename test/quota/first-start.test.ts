@@ -1,4 +1,4 @@
-// Issue 32: a first start on a brand-new Redis holds /readyz until the fleet's tally can be
+// A first start on a brand-new Redis holds /readyz until the fleet's tally can be
 // trusted (the fresh-epoch grace), and answers its first routed call; it never says ready
 // while it would refuse every budgeted call. Later a Redis emptied under a ready fleet keeps
 // it ready (pulling every pod at once would move nothing), with the note saying why.

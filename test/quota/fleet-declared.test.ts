@@ -1,4 +1,4 @@
-// Issue 34, case 10: a fleet larger than RATE_LIMIT_FLEET_SIZE declares is the one moment a
+// Where the features meet, case 10: a fleet larger than RATE_LIMIT_FLEET_SIZE declares is the one moment a
 // sidecar can see the guarantee's first assumption broken. It is logged once per change of
 // the count, noted in /readyz (still ready) and /status, and declared vs present are metrics
 // (the chart's StoreAuthProxyFleetLargerThanDeclared alert reads them: test/deploy/chart-rules).

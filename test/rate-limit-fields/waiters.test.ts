@@ -1,4 +1,4 @@
-// RateLimit fields on every answer of a budgeted rule (issue 37), also on the answers of callers
+// RateLimit fields on every answer of a budgeted rule, also on the answers of callers
 // who waited for another request's fetch of a cached key that failed: TI's error answer handed
 // to them, or the sidecar's own (a timeout). They once went without the fields, which only the
 // fetching caller's answer carried.

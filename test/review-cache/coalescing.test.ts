@@ -31,7 +31,7 @@ t.test('Regression: waiters released by a fetch that stored nothing all fetch at
   await inFlight(t, s, 6)
   ti.release()
   t.equal((await leader).status, 503)
-  // Since issue 34 (case 5) a failed fetch answers all its waiters with its failure, within
+  // Since the features-meet case 5 a failed fetch answers all its waiters with its failure, within
   // one fetch's time (a retry each, or one after another, could outlast IDLE_TIMEOUT_MS).
   const answers = await Promise.all(waiters)
   t.same(answers.map((a) => `${a.status} ${a.body}`), answers.map(() => '503 busy'))

@@ -1,4 +1,4 @@
-// Issue 34, case 5: a fetch that fails (TI hanging past UPSTREAM_TIMEOUT_MS, a 5xx, a 404, a
+// Where the features meet, case 5: a fetch that fails (TI hanging past UPSTREAM_TIMEOUT_MS, a 5xx, a 404, a
 // cut) answers every caller waiting for it with its failure, at once: no caller waits one fetch
 // per waiter ahead of it (cut off at IDLE_TIMEOUT_MS with no status line), and TI gets no extra
 // request per waiter while it fails.

@@ -1,4 +1,4 @@
-// The fleet's claims in a real Redis (issue 34, cases 1 and 6): the Lua scripts as sidecars meet
+// The fleet's claims in a real Redis (where the features meet, cases 1 and 6): the Lua scripts as sidecars meet
 // them — a claim left by a sidecar that died, a failure left in a claim's place, a refresh of a
 // stale entry that fails for the whole fleet.
 import t, { type Test } from 'tap'

@@ -1,4 +1,4 @@
-// Issue 34, cases 1 and 6: one fetch for the whole fleet that cannot race the budget. Deciding
+// Where the features meet, cases 1 and 6: one fetch for the whole fleet that cannot race the budget. Deciding
 // "this sidecar fetches" is a claim in Redis, taken atomically (and only if no newer entry is
 // there); only the claimant asks its budget. Every other caller of the key, on any sidecar, waits
 // for that fetch: it gets its answer (or its failure), never a budget refusal. Stale refreshes

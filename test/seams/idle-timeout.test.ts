@@ -1,4 +1,4 @@
-// IDLE_TIMEOUT_MS against what a caller of a cache= rule can really wait (issue 34): one fetch is
+// IDLE_TIMEOUT_MS against what a caller of a cache= rule can really wait (where the features meet): one fetch is
 // refused by the configuration already; with Redis, another sidecar's fetch and then its own can
 // outlast it, and the sidecar says so at start (and check-config) with the figure to set.
 import t from 'tap'

@@ -1,5 +1,5 @@
 // A failed fetch answers everyone who waited for it, here and for a moment in the fleet
-// (issue 34, case 5), but only a failure that is theirs too. Found by an outside review:
+// (where the features meet, case 5), but only a failure that is theirs too. Found by an outside review:
 // a 4xx that the fetching caller's own Range or condition caused (416, 412) was handed to
 // callers who asked for the whole answer, and a sidecar's own trouble (no token of its own)
 // was left in the fleet's claim for other, healthy sidecars' callers.

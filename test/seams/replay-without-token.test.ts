@@ -1,4 +1,4 @@
-// An idempotent route's key is judged before the token is asked for, as the cache is (issue 34,
+// An idempotent route's key is judged before the token is asked for, as the cache is (where the features meet,
 // case 4): a retry whose key holds TI's answer gets it replayed with no token at hand, and a
 // refusal (422, 409) needs none either. Only a request that will be sent waits for the token;
 // if none comes, it is refused unsent and its key is free again.

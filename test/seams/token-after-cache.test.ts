@@ -1,4 +1,4 @@
-// Issue 34, case 4: the cache is asked before the token. A stored answer (fresh, or stale within
+// Where the features meet, case 4: the cache is asked before the token. A stored answer (fresh, or stale within
 // stale=) needs no token and never waits for one: with the token lapsed and the OAuth API down,
 // the catalog is still served. Only a fetch needs the token; its failure answers the fetch's waiters.
 import t, { type Test } from 'tap'

@@ -1,4 +1,4 @@
-// The token client never asks through undici's global dispatcher (issue 35, case 3): without a
+// The token client never asks through undici's global dispatcher (every listener bounded, case 3): without a
 // dispatcher given it uses an Agent of its own, so NODE_USE_ENV_PROXY or a module calling
 // setGlobalDispatcher() cannot reroute the token request; one given is used as given.
 import t from 'tap'
