@@ -12,6 +12,8 @@ import { buildInfo } from '../config/build-info.js'
 import { cachedWaitWarnings, plainHttpWarnings } from '../config/warnings.js'
 import { configOrExit, listenOrExit } from './exit.js'
 import { loadUndici } from './undici-globals.js'
+import { returnMemoryWhenIdle } from '../overload/idle-memory.js'
+import { systemClock } from '../clock.js'
 
 /** The sidecar's configuration, loaded on demand: it imports the token client, and with it undici. */
 export async function loadSidecarConfig (env: Env): Promise<Config> {
@@ -41,11 +43,21 @@ export function describe (config: Config) {
 export async function serve (config: Config, log: Logger): Promise<App> {
   const { buildApp } = await import('../app.js')
   const app = await buildApp(config, { log, version: buildInfo().version })
-  void app.start()
+  // The process's memory, not the app's (tests run many apps in one process): here, not in buildApp.
+  const idleMemory = returnMemoryWhenIdle({
+    clock: systemClock,
+    collected: (heapBytes) => {
+      app.metrics.idleCollections.inc()
+      log.debug({ heapBytes }, 'quiet: a memory-reducing collection returned what the last burst grew')
+    }
+  })
+  const started = app.start()
   await listenOrExit(app.admin, { host: 'ADMIN_HOST', port: 'ADMIN_PORT' }, config.admin.host, config.admin.port, ADMIN_BACKLOG)
   await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.listener.host, config.listener.port, proxyBacklog(config.overload.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
   for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) log.warn(warning)
+  // Once listening and holding the first token: start-up's own work is then out of the first check's window.
+  void started.finally(() => { idleMemory.start() })
 
   closeWithGrace({ delay: config.shutdown.delayMs + config.shutdown.graceMs, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'fatal error, shutting down')
@@ -54,6 +66,7 @@ export async function serve (config: Config, log: Logger): Promise<App> {
     // A plain (non-native) sidecar gets SIGTERM together with its app: keep serving
     // for SHUTDOWN_DELAY_MS so the app can finish work that still calls the store API.
     if (config.shutdown.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdown.delayMs))
+    idleMemory.stop()
     await app.close()
     log.info('stopped')
   })

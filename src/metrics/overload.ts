@@ -30,6 +30,11 @@ export function overloadMetrics (registry: Registry) {
       help: 'The memory limit the overload manager sheds before: MEMORY_LIMIT_BYTES, or the cgroup\'s; 0 when none is known.',
       registers: [registry]
     }),
+    idleCollections: new Counter({
+      name: `${METRIC_PREFIX}idle_collections_total`,
+      help: 'Memory-reducing garbage collections run while the sidecar was quiet: one after start-up, then one after each burst that grew the heap (src/overload/idle-memory.ts).',
+      registers: [registry]
+    }),
     memoryPrivateBytes: new Gauge({
       name: `${METRIC_PREFIX}memory_private_bytes`,
       help: 'The process\'s private memory (RssAnon: resident anonymous pages, what an OOM kill is made of) as the overload manager last sampled it (read at each scrape where no memory limit is known); 0 where unknown (not Linux).',

@@ -43,9 +43,12 @@ export function youngCollection (): () => void {
   return () => { gc({ type: 'minor' }) }
 }
 
-function exposedGc (): (options?: { type: 'minor' | 'major' }) => void {
+/** V8's gc(), with the options its extension takes. */
+export type Gc = (options?: { type: 'minor' | 'major', execution?: 'sync' | 'async', flavor?: 'regular' | 'last-resort' }) => void
+
+export function exposedGc (): Gc {
   setFlagsFromString('--expose-gc')
-  return runInNewContext('gc') as (options?: { type: 'minor' | 'major' }) => void
+  return runInNewContext('gc') as Gc
 }
 
 /** The memory part of the overload manager's status (manager.ts OverloadStatus). */
