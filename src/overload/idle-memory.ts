@@ -82,7 +82,8 @@ export function returnMemoryWhenIdle (options: IdleMemoryOptions): IdleMemory {
   }
 }
 
-function loopUtilization (): () => number {
+/** The event loop's busy share since the last call (1 at the first: nothing to compare with). */
+export function loopUtilization (): () => number {
   let last: EventLoopUtilization | undefined
   return () => {
     const now = performance.eventLoopUtilization()

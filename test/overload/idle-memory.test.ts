@@ -4,7 +4,7 @@
 // clock; the heap and the event loop's busy share are what each step says they are.
 import { getHeapSpaceStatistics } from 'node:v8'
 import t from 'tap'
-import { FIRST_CHECK_MS, IDLE_CHECK_MS, IDLE_UTILIZATION, reducingCollection, REGROWN_BYTES, returnMemoryWhenIdle } from '../../src/overload/idle-memory.js'
+import { FIRST_CHECK_MS, IDLE_CHECK_MS, IDLE_UTILIZATION, loopUtilization, reducingCollection, REGROWN_BYTES, returnMemoryWhenIdle } from '../../src/overload/idle-memory.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
@@ -108,6 +108,27 @@ t.test('V8\'s reducing collection shrinks a young generation that a burst grew',
   const grown = youngBytes()
   reducingCollection()()
   t.ok(youngBytes() < grown, `young generation ${grown} → ${youngBytes()} bytes`)
+})
+
+t.test('the event loop\'s busy share: each call covers the interval since the last', async (t) => {
+  const utilization = loopUtilization()
+  t.equal(utilization(), 1, 'nothing to compare with at the first call')
+  const spinUntil = performance.now() + 50
+  while (performance.now() < spinUntil);
+  t.ok(utilization() > 0.5, 'a spinning loop is busy')
+  // Waiting on a timer is idle, however busy the machine: a descheduled waiting loop is still waiting.
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.ok(utilization() < 0.5, 'a waiting loop is not')
+})
+
+t.test('by default the committed heap decides: the first quiet check always collects', async (t) => {
+  const time = fakeClock()
+  let collections = 0
+  const memory = returnMemoryWhenIdle({ clock: time.clock, collect: () => { collections += 1 }, utilization: () => 0 })
+  memory.start()
+  await time.tick(FIRST_CHECK_MS)
+  t.equal(collections, 1)
+  memory.stop()
 })
 
 t.test('serve: one collection soon after the first token, counted on /metrics', { skip: SKIP_UNDER_MUTATION }, async (t) => {
