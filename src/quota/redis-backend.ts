@@ -43,6 +43,11 @@ export interface Member {
   fleetFloor: number
   /** The epoch this sidecar knows ('' before its first contact). */
   epoch: string
+  /**
+   * The smallest and largest RATE_LIMIT_FLEET_SIZE on record at its last script (set by this
+   * store): told again after a data loss, as the sizes a sidecar cut off through it may have.
+   */
+  sizes?: { lo: number, hi: number }
 }
 
 export type TakeCode = 'ok' | 'cooldown' | 'budget' | 'late' | 'gated' | 'epoch'
@@ -115,11 +120,15 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`, `${prefix}held-sizes`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   // Stryker disable next-line StringLiteral: one gate for a scope's limits holds for its longest window, and a take waits for the longest gate of its limits anyway
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)
   const memberArgs = (m: Member): Array<string | number> => [deadline(), m.id, m.presenceTtlMs, m.fleetFloor, m.epoch]
+  /** The sizes a script's reply told from index `i` (smallest, largest), kept on the member. */
+  const noteSizes = (m: Member, reply: Reply, i: number): void => {
+    if (reply[i + 1] !== undefined) m.sizes = { lo: Number(reply[i]), hi: Number(reply[i + 1]) }
+  }
 
   return {
     displayUrl,
@@ -133,16 +142,19 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs]
       const reply = await client.sapTake(keys.length, ...keys, ...args)
       calibrate(Number(reply[4]))
+      noteSizes(member, reply, 5)
       return { code: TAKE_CODES[Number(reply[0])] ?? 'late', ms: Number(reply[1]), fleetSize: Number(reply[2]), present: Number(reply[3]) }
     },
     /** `newRun`: this process's first contact (a restart keeping its member id is a new run). */
     async reassert (member: Member, limits: readonly ReassertLimit[], newEpoch: string, newRun = false): Promise<ReassertReply> {
       const keys = [...fleetKeys, ...limits.flatMap((l) => [logKey(l.scope, l.limit), gateKey(l.scope, l.limit)])]
       const args = [...memberArgs(member), newEpoch, newRun ? 1 : 0,
-        ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])]), timeoutMs]
+        ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])]),
+        member.sizes?.lo ?? 0, member.sizes?.hi ?? 0, timeoutMs]
       const reply = await client.sapReassert(keys.length, ...keys, ...args)
       const now = Number(reply[4])
       calibrate(now)
+      noteSizes(member, reply, 6)
       const epoch = String(reply[5])
       const createdAt = Number(epoch.slice(epoch.lastIndexOf(':') + 1))
       return {
@@ -158,6 +170,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       const keys = [...fleetKeys, ...scopes.map((scope) => key(scope, 'cooldown'))]
       const reply = await client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs)
       calibrate(Number(reply[3]))
+      noteSizes(member, reply, 4 + scopes.length)
       const code = Number(reply[0])
       // Stryker disable next-line UnaryOperator: the script answers one PTTL per scope asked, so the default is never read
       const cooldowns = new Map(scopes.map((scope, i) => [scope, Number(reply[4 + i] ?? -2)]))

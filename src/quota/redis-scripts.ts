@@ -20,7 +20,9 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 // that many, the oldest, are released (KEYS[4]) and each one's share held one more window from
 // when no member counted present can still be a dead process (`releaseAt`). Sidecars of one
 // fleet may declare different sizes (a rollout that changes it): Redis keeps each declaration
-// (`onRecord`), and every script holds and releases by those, never by the caller's alone.
+// (`onRecord`), and every script holds and releases by those, never by the caller's alone. A
+// release says that one of the lapsed stopped, not which: the sizes released stay held for
+// the entries left (KEYS[8]), and after a data loss each sidecar back tells the sizes it saw.
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,14 +57,37 @@ local function noteLatest (log, at)
   local known = tonumber(redis.call('HGET', KEYS[5], log))
   if known == nil or at > known then redis.call('HSET', KEYS[5], log, at) end
 end
+-- Sizes a lapsed entry may stand for besides its own (KEYS[8], a hash: lo, hi): those of the
+-- entries released while the lapsed set was not empty. A release says that one of them
+-- stopped, not which: the one released may be the one still running, the entry kept the dead
+-- one's. Dropped once no entry is lapsed (then none of them can still run unseen).
+local function widen (lo, hi, f)
+  if f ~= nil and f > 0 then
+    if lo == nil or f < lo then lo = f end
+    if f > hi then hi = f end
+  end
+  return lo, hi
+end
+local function heldSizes (lo, hi)
+  local h = redis.call('HMGET', KEYS[8], 'lo', 'hi')
+  lo, hi = widen(lo, hi, tonumber(h[1]))
+  return widen(lo, hi, tonumber(h[2]))
+end
+local function holdSize (f)
+  local lo, hi = heldSizes(nil, 0)
+  local nlo, nhi = widen(lo, hi, tonumber(f))
+  if nlo ~= lo or nhi ~= hi then redis.call('HSET', KEYS[8], 'lo', nlo, 'hi', nhi) end
+end
 -- The declarations on record (KEYS[6]: each present or lapsed member's RATE_LIMIT_FLEET_SIZE,
--- 0: unset), with the caller's: the smallest set one (nil: none), and the largest. A member
--- spends alone at most ⌊N / its own⌋ ≤ ⌊N / the smallest⌋; one with no record (an earlier
--- version's, or unknown after a loss) is held as the smallest. Records of members neither
--- present nor lapsed (left, or released by an earlier version) are dropped when 'prune'.
-local function onRecord (floor, prune)
+-- 0: unset), with the caller's and, while any is lapsed, the sizes its entries may stand for:
+-- the smallest set one (nil: none), and the largest. A member spends alone at most
+-- ⌊N / its own⌋ ≤ ⌊N / the smallest⌋; one with no record (an earlier version's, or unknown
+-- after a loss) is held as the smallest. Records of members neither present nor lapsed (left,
+-- or released by an earlier version) are dropped when 'prune'.
+local function onRecord (floor, prune, anyLapsed)
   local lo, hi, counted = nil, floor, {}
   if floor > 0 then lo = floor end
+  if anyLapsed then lo, hi = heldSizes(lo, hi) end
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
     for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do counted[m] = true end
   end
@@ -140,39 +165,50 @@ local function presence (member, ttl, floor, timeout, newRun)
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
-  local before = redis.call('HGET', KEYS[6], member)
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
   -- (shared): forgotten. A new run (a restart keeping its id) cannot vouch for what its lapse
-  -- entry stood for (entries are counted, not named): that entry is released instead. A
+  -- entry stood for (entries are counted, not named; it may hold a released one's share): the
+  -- entry stays lapsed under a name of its own (id#time), until released as any other. A
   -- released entry is never taken back: each has a name of its own (id@time).
-  local restarted = redis.call('ZREM', lapsed, member) == 1 and newRun == 1
+  local lapsedAt = redis.call('ZSCORE', lapsed, member)
+  if lapsedAt then
+    redis.call('ZREM', lapsed, member)
+    if newRun == 1 then
+      local entry = member .. '#' .. now
+      redis.call('ZADD', lapsed, lapsedAt, entry)
+      local before = redis.call('HGET', KEYS[6], member)
+      if before then redis.call('HSET', KEYS[6], entry, before) end
+    end
+  end
   redis.call('ZADD', members, now + ttl, member)
   redis.call('HSET', KEYS[6], member, floor)
   local present = redis.call('ZCARD', members)
   -- Safe to release by the largest: those running are at most the largest size any of them
-  -- declared, and each one counted has its on record, so at most hi − present lapsed ones run.
-  local lo, hi = onRecord(floor, true)
+  -- declared, and each one counted has its on record (or held, KEYS[8]), so at most
+  -- hi − present lapsed ones run.
+  local lo, hi = onRecord(floor, true, redis.call('ZCARD', lapsed) > 0)
   local stopped = redis.call('ZCARD', lapsed) - math.max(0, hi - present)
-  if hi > 0 and (stopped > 0 or restarted) then
+  if hi > 0 and stopped > 0 then
     local at = releaseAt(ttl, timeout)
-    if restarted then release(member, before, at) end
-    if stopped > 0 then
-      local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
-      for i = 1, #gone do
-        release(gone[i], redis.call('HGET', KEYS[6], gone[i]), at)
-        redis.call('HDEL', KEYS[6], gone[i])
-      end
-      redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
+    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
+    for i = 1, #gone do
+      local f = redis.call('HGET', KEYS[6], gone[i])
+      release(gone[i], f, at)
+      holdSize(f)
+      redis.call('HDEL', KEYS[6], gone[i])
     end
+    redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
   end
-  return present, math.max(present, floor), lo
+  if redis.call('ZCARD', lapsed) == 0 then redis.call('DEL', KEYS[8]) end
+  return present, math.max(present, floor), lo, hi
 end
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, cooldown, then (log, gate) per limit.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, cooldown,
+// then (log, gate) per limit.
 // ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per
 // limit, then the fleet's Redis timeout (ms).
-// Returns {code, ms, fleet size, present, now}: 0 taken, 1 cooling down, 2 a limit is spent
+// Returns {code, ms, fleet size, present, now, smallest and largest size (after presence)}: 0 taken, 1 cooling down, 2 a limit is spent
 // (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
 // 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
 // A limit keeps room for what sidecars out of Redis's sight may have spent (heldBack):
@@ -180,13 +216,13 @@ end
 export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local present, size, lo = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
-local cd = redis.call('PTTL', KEYS[8])
-if cd > 0 then return {1, cd, size, present, now} end
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
+local cd = redis.call('PTTL', KEYS[9])
+if cd > 0 then return {1, cd, size, present, now, lo or 0, hi} end
 local wait, gated = 0, 0
 local lapsed = redis.call('ZCARD', KEYS[3])
-for i = 9, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 2]), tonumber(ARGV[i - 1])
+for i = 10, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 3]), tonumber(ARGV[i - 2])
   local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
   if g > gated then gated = g end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
@@ -204,24 +240,28 @@ for i = 9, #KEYS, 2 do
     if w > wait then wait = w end
   end
 end
-if gated > 0 then return {4, gated, size, present, now} end
-if wait > 0 then return {2, wait, size, present, now} end
-for i = 9, #KEYS, 2 do
+if gated > 0 then return {4, gated, size, present, now, lo or 0, hi} end
+if wait > 0 then return {2, wait, size, present, now, lo or 0, hi} end
+for i = 10, #KEYS, 2 do
   redis.call('ZADD', KEYS[i], now, ARGV[6])
   noteLatest(KEYS[i], now)
 end
-return {0, 0, size, present, now}
+return {0, 0, size, present, now, lo or 0, hi}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then (log, gate) per limit of every rule.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then
+// (log, gate) per limit of every rule.
 // ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, a new run
 // of this sidecar (1/0: this process's first contact), then per limit: window ms, n, then
-// n × (send id, age ms), then the fleet's Redis timeout (ms).
+// n × (send id, age ms), then the smallest and largest size this sidecar last saw (0: none),
+// then the fleet's Redis timeout (ms).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
 // registers it present, in one step. If the epoch is missing or another than expected, Redis
 // lost its data: every limit is gated for one window (counts in it cannot be trusted), and
-// every other sidecar of the fleet counts as lapsed (any may be cut off and spending alone).
-// Returns {late (1/0), lost (1/0), fleet size, present, now, epoch}.
+// every other sidecar of the fleet counts as lapsed (any may be cut off and spending alone):
+// as many as the largest size it saw allows, each held by the sizes it saw (the records
+// went with the data; its own size alone would hold a cut-off sidecar of another too little).
+// Returns {late (1/0), lost (1/0), fleet size, present, now, epoch, smallest and largest size}.
 export const REASSERT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {1, 0, 0, 0, now, ''} end
 local epoch = redis.call('GET', KEYS[1])
@@ -231,14 +271,20 @@ if not epoch then
   redis.call('SET', KEYS[1], epoch)
   if ARGV[5] ~= '' then
     lost = 1
-    for k = 1, tonumber(ARGV[4]) - 1 do redis.call('ZADD', KEYS[3], now, 'unknown:' .. epoch .. ':' .. k) end
+    local most = math.max(tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]))
+    for k = 1, most - 1 do redis.call('ZADD', KEYS[3], now, 'unknown:' .. epoch .. ':' .. k) end
+    holdSize(ARGV[4])
   end
 elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), tonumber(ARGV[7]))
+if lost == 1 then
+  holdSize(ARGV[#ARGV - 2])
+  holdSize(ARGV[#ARGV - 1])
+end
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), tonumber(ARGV[7]))
 local a = 8
-for i = 8, #KEYS, 2 do
+for i = 9, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   -- A log lost before it is told again would look whole with this sidecar's sends alone.
@@ -251,23 +297,25 @@ for i = 8, #KEYS, 2 do
   end
   if lost == 1 and gateLeft(KEYS[i + 1]) < window then redis.call('SET', KEYS[i + 1], now + window) end
 end
-return {0, lost, size, present, now, epoch}
+return {0, lost, size, present, now, epoch, lo or 0, hi}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then the cool-down of each scope. ARGV:
-// deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms). Returns {code, fleet size, present, now, ms left of each cool-down}:
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then the cool-down of each scope. ARGV:
+// deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms). Returns {code, fleet size, present, now, ms left of each cool-down, smallest and largest size}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
 export const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
 local out = {0, size, present, now}
-for i = 8, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+for i = 9, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+out[#out + 1] = lo or 0
+out[#out + 1] = hi
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
 // (count, window ms) per limit, then the presence TTL, the fleet's Redis timeout and heartbeat (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
@@ -280,15 +328,15 @@ local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
 -- As the next presence() would count them: members expired meanwhile are lapsed, the surplus released.
 local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2
-local lo, hi = onRecord(floor, false)
+local lo, hi = onRecord(floor, false, lapsed > 0)
 local releasing = 0
 if hi > 0 then releasing = math.max(0, lapsed - math.max(0, hi - present)) end
 -- Released at the next presence, a heartbeat away at most: the latest start, for the reset.
 local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])) + tonumber(ARGV[#ARGV])
-local cd = redis.call('PTTL', KEYS[8])
+local cd = redis.call('PTTL', KEYS[9])
 local out = {0, now}
-for i = 9, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 6]), tonumber(ARGV[i - 5])
+for i = 10, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 7]), tonumber(ARGV[i - 6])
   local held, ends = heldBack(count, window, lo, size, present, lapsed - releasing, releasing, releasingAt)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
@@ -310,12 +358,12 @@ end
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, then the logs of a rule's limits. ARGV: the
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then the logs of a rule's limits. ARGV: the
 // send id. A send that never reached the upstream.
 export const REFUND = CLOCK + `
 -- The tally forgets the log's latest (an earlier version's bare ZREM must not look like a loss);
 -- the next take notes it again.
-for i = 8, #KEYS do
+for i = 9, #KEYS do
   if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then redis.call('HDEL', KEYS[5], KEYS[i]) end
 end
 return 0

@@ -207,3 +207,24 @@ t.test('the RateLimit fields foresee no release the largest size on record forbi
   await f.store.heartbeat(a, [])
   t.same(await f.lapsed(), ['x', 'y'])
 })
+
+t.test('an earlier version beside this one reads the keys it knows as it wrote them; the held sizes are a key of their own', async (t) => {
+  // Earlier versions read members, lapsed and released (sorted sets of names scored by time)
+  // and, from the records on, floors (name → size) and released-floors (size → time).
+  const f = await fleet(t)
+  const a = f.member('a', 4)
+  await f.join(a, f.member('b', 4))
+  await cutOff(f, f.member('x', 3))
+  await cutOff(f, f.member('y', 4))
+  await f.store.heartbeat(a, [])
+  t.same(await f.lapsed(), ['x', 'y'], 'two present of 4: both may run')
+  // y's pod restarts keeping its id: its entry stays lapsed, renamed; present 3: x released.
+  await f.store.reassert(f.member('y', 4), [], 'e', true)
+  const types = await Promise.all(['members', 'lapsed', 'released', 'floors', 'released-floors', 'held-sizes'].map(async (k) => await f.admin.type(`${PREFIX}${k}`)))
+  t.same(types, ['zset', 'zset', 'zset', 'hash', 'hash', 'hash'])
+  const [entry] = await f.lapsed()
+  t.match(entry, /^y#\d+$/, 'the earlier run\'s entry: a lapsed name like any other')
+  t.same(await f.floors(), { a: '4', b: '4', y: '4', [entry ?? '']: '4' }, 'each record a size, the renamed entry\'s too')
+  t.match(await f.admin.zrange(`${PREFIX}released`, '0', '-1'), [/^x@\d+$/])
+  t.same(await f.admin.hgetall(`${PREFIX}held-sizes`), { lo: '3', hi: '3' }, 'x\'s size, held while y\'s entry may stand for it')
+})
