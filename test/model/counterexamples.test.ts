@@ -104,6 +104,22 @@ t.test('case-3-rollout: a sidecar cut off spends its share while another is roll
   ])
 })
 
+t.test('case-3-rollout: Redis loses its data mid-rollout while a sidecar of the old size is cut off', async (t) => {
+  // From an outside review: orders 3/4s; sidecar 0 (declared 3) cut off; 1 and 2 rolled out
+  // declaring 4; then a FLUSHALL. The records went with the data: those back held the unknown
+  // entries at their own ⌊3/4⌋ = 0 while sidecar 0 spent its ⌊3/3⌋ = 1: 4 within 4 s.
+  await holds(t, 'case-3-rollout', 3, [
+    { op: 'partition', s: 0, how: 'cut' },
+    { op: 'rollout', s: 1 },
+    { op: 'rollout', s: 2 },
+    { op: 'wait', ms: 1000 },
+    { op: 'flush' },
+    { op: 'wait', ms: 5500 },
+    { op: 'burst', path: 'orders', callers: together(2, () => 0) },
+    { op: 'burst', path: 'orders', callers: together(4, (i) => 1 + (i % 2)) }
+  ])
+})
+
 t.test('case-4: the token lapsed with the OAuth API down; the stored catalog is served anyway', async (t) => {
   await holds(t, 'case-4', 2, [
     { op: 'burst', path: 'p1', callers: [{ s: 0, delayMs: 0 }] },
