@@ -1,4 +1,4 @@
-// Attack, end to end (an outside review's reproduction): real in-process sidecars, one
+// A rollout gap, end to end (an outside review's reproduction): real in-process sidecars, one
 // redis-server behind a fault proxy per sidecar, the stand-in TI; orders 3/4s, three sidecars
 // declaring 3. s0 is cut off and stays so, alive: it spends ⌊3/3⌋ = 1 alone. s1 and s2 are
 // rolled out declaring 4 (the chart's 2 -> 3 replicas), then each new pod dies without leaving
@@ -9,8 +9,8 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { request } from 'undici'
-import { call, QUOTA_TIMING, runScope, startFleet, type CallResult } from '../../model/fleet.js'
-import { ORDERS, RATE_LIMITS, TARGETS } from '../../model/schedule.js'
+import { call, QUOTA_TIMING, runScope, startFleet, type CallResult } from './fleet.js'
+import { ORDERS, RATE_LIMITS, TARGETS } from './schedule.js'
 
 t.setTimeout(180_000)
 
