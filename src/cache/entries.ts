@@ -170,6 +170,8 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
       return ids.length
     },
     bytes: (): number => lru.calculatedSize,
+    /** How many target URIs drop() finds copies under: no more than the copies held, so bounded with them. */
+    targets: (): number => byUri.size,
     entries: (): Entry[] => [...lru.values()]
   }
 }
