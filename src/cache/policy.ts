@@ -151,7 +151,8 @@ export function decide (option: CacheOption, path: string, requestHeaders: Heade
   const policy = new CachePolicy(
     { method: 'GET', url: path, headers: joined(callerHeaders) },
     { status: statusCode, headers: joined(answerHeaders) },
-    // Stryker disable next-line ObjectLiteral: the library's defaults today, written out so that a change of them cannot change what is stored
+    // shared: false would store the same: decide refuses `private` and drops Authorization itself, and a 200 is storable by default.
+    // Stryker disable next-line ObjectLiteral,BooleanLiteral: the library's defaults today, written out so that a change of them cannot change what is stored
     { shared: true, cacheHeuristic: 0 })
   if (!policy.storable()) return { store: false, why: 'no-store' }
   const initialAgeMs = ageSeconds(answerHeaders.age) * 1000
@@ -234,7 +235,8 @@ export function httpDate (value: string, now: number): number | undefined {
 
 function joined (headers: Headers): Record<string, string> {
   const out: Record<string, string> = {}
-  for (const [name, value] of Object.entries(headers)) if (value !== undefined) out[name] = headerValue(value)
+  // A field typed undefined (never one from Node's or undici's parser) reads as empty: to storable(), as absent.
+  for (const [name, value] of Object.entries(headers)) out[name] = headerValue(value)
   return out
 }
 
