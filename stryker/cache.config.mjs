@@ -15,7 +15,12 @@ export default area('cache', {
     'test/cache/fleet-claims-redis.test.ts',
     'test/cache/fleet-fetch-late-claim.test.ts',
     'test/cache/rules.test.ts',
-    'test/cache/http-rules.test.ts'
+    'test/cache/http-rules.test.ts',
+    'test/cache/fleet-wait.test.ts',
+    'test/cache/fleet-lease-end.test.ts',
+    'test/cache/fleet-claims-edges.test.ts',
+    'test/cache/memory-targets.test.ts',
+    'test/cache/own-answer.test.ts'
   ],
   breakAt: 95
 })
