@@ -7,8 +7,7 @@
 export function userInfo (url: URL): { username: string, password: string } | undefined {
   try {
     return { username: decodeURIComponent(url.username), password: decodeURIComponent(url.password) }
-    // Stryker disable next-line BlockStatement: equivalent: an empty catch returns undefined too
-  } catch {
+  } /* Stryker disable next-line BlockStatement: equivalent: an empty catch returns undefined too */ catch {
     return undefined
   }
 }
