@@ -26,6 +26,8 @@ export interface RedisServer {
   readonly url: string
   /** Whether the server process is running (a frozen one is running). */
   readonly running: boolean
+  /** The server's process id while it runs: what a test may read of it in /proc. */
+  readonly pid: number | undefined
   start: () => Promise<void>
   stop: () => Promise<void>
 }
@@ -160,6 +162,7 @@ export async function startRedis (t: Pick<Test, 'teardown'>, options: RedisOptio
     port,
     url: options.password === undefined ? `redis://127.0.0.1:${port}` : `redis://:${options.password}@127.0.0.1:${port}`,
     get running () { return alive(child) },
+    get pid () { return alive(child) ? child.pid : undefined },
     get frozen () { return frozen && alive(child) },
     start: async () => {
       if (alive(child)) return
