@@ -43,8 +43,8 @@ const CACHE_FLOOR = 3
 t.setTimeout(Math.max(180_000, 5 * GROUP_TIME_LIMIT_MS))
 // A run mostly waits (windows, quiet periods, heartbeats: about a tenth of it is CPU), and
 // each has a fleet, a redis-server and ports of its own: the four groups run side by side
-// (the file is among the last tap starts, so its length is the suite's tail). The
-// event-loop probe in run.ts still excuses only the stalls it sees.
+// (the file is among the last tap starts, so its length is the suite's tail). run.ts still
+// excuses only the stalls its witness sees the machine take from a call or a Redis command.
 t.jobs = 4
 
 const seen = new Map<FaultKind, number>()
@@ -107,7 +107,7 @@ for (const [g, featured] of GROUPS.entries()) {
 
 // Not buffered: it runs after every group has ended.
 t.test('the runs covered every fault kind and reached the healthy state', { buffered: false }, async (t) => {
-  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a late Redis answer); ${lateAnswers} answered late in a stall; recovery not judged in ${recoveriesLate} (late Redis); read cache: ${cacheFresh} fresh, ${cacheStale} stale; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
+  t.comment(`seed ${SEED}; ${runs} runs; G2 checked ${livenessChecked} calls (${livenessLate} more met a Redis command the machine made late); ${lateAnswers} answered late, the machine taking the excess; recovery not judged in ${recoveriesLate} (late Redis); read cache: ${cacheFresh} fresh, ${cacheStale} stale; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}`)
   if (ONLY_GROUP !== undefined || failures > 0) {
     // A failed property stops its runs early; its failure is the finding.
     t.pass('coverage not judged: a single group replayed, or a property failed')

@@ -15,6 +15,7 @@
 import { RECONNECT_MAX_MS } from '../../../src/redis/connection.js'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { dataLossesOf, fallbackByMachine, fallbacksOf, lateByMachine, watchStalls } from '../../helpers/stalls.js'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'
 import { kindOf, PATHS, rateLimitsOf, type Command, type FaultKind, type FleetConfig, type PathKind, type RuleModel } from './schedule.js'
 
@@ -48,9 +49,9 @@ export interface RunReport {
   steps: number
   /** Calls made in a healthy state with room in the model: the ones G2 held to be sent. */
   livenessChecked: number
-  /** Calls G2 would have held but that met a Redis answering late (degraded by the spec's definition). */
+  /** Calls G2 would have held but that met a stall the witness saw (a Redis command made late: degraded by the spec's definition). */
   livenessLate: number
-  /** Calls answered past HANG_MS while the probe saw a stall (not judged). */
+  /** Calls answered past HANG_MS with at least the excess taken by the machine (not judged). */
   lateAnswers: number
   /** The recovery tail was not judged: Redis answered late on a loaded machine. */
   recoveryLate: boolean
@@ -125,8 +126,10 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
   // "Redis answers in time" is also up to the machine: on a loaded one, this process's
   // event loop (the sidecars', the test's) or redis-server can stall past the timeout, and
   // a sidecar is then degraded by the spec's own definition, for up to PRESENCE_TTL +
-  // timeout + W. A probe PINGs Redis and watches the event loop; only a stall it saw
-  // excuses a sidecar that reports itself degraded where the test expected it healthy.
+  // timeout + W. G2 and G3 excuse only what the witness saw the machine take from the call,
+  // or from the Redis command that made its sidecar fall back (test/helpers/stalls.ts). The
+  // recovery tail, judged from /status, excuses a stall the probe saw: Redis's PING late or
+  // this event loop stalled past the timeout.
   const LATE_MS = REDIS_TIMEOUT_MS
   const degradedSpanMs = QUOTA_TIMING.presenceTtlMs + REDIS_TIMEOUT_MS + maxWindowMs(rules) + SETTLED_MS
   let lateAt = -Infinity
@@ -146,7 +149,39 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
       await sleep(QUOTA_TIMING.heartbeatMs / 2)
     }
   })()
-  const stopProbe = async (): Promise<void> => { probing.on = false; await probe; lag.disable() }
+  const witness = watchStalls(() => [fleet.redis.pid])
+  const stopProbe = async (): Promise<void> => { probing.on = false; await probe; lag.disable(); witness.stop() }
+  /** Every run of every sidecar's log: a restarted sidecar's earlier run said things too. */
+  const logsOfRuns = fleet.sidecars.map((s) => s.built.logs)
+  /** When a sidecar last found Redis had lost its data (down, restartEmpty): every budget is gated for a window from then. */
+  const lostAt = (): number => report.kinds.has('down') || report.kinds.has('restartEmpty')
+    ? Math.max(-Infinity, ...logsOfRuns.flatMap(dataLossesOf))
+    : -Infinity
+  /** Why a G2 call's refusal is the machine's (the witness saw it), or what was seen instead. */
+  const stallBehind = (s: number, call: CallResult): { why: string | undefined, seen: string } => {
+    const lost = lostAt()
+    if (lost >= call.startedAt - maxWindowMs(rules) - TRANSIT_MS) {
+      const why = `a sidecar found at ${rel(lost)} that Redis had lost its data (every budget gated for a window)`
+      return { why, seen: why }
+    }
+    return fellBackByMachine(s, call.startedAt - degradedSpanMs, call.doneAt)
+  }
+  /** Whether sidecar `s`'s last fall back within [from, to] was for a Redis command the machine made late. */
+  const fellBackByMachine = (s: number, from: number, to: number): { why: string | undefined, seen: string } => {
+    const logs = fleet.sidecars[s]?.built.logs
+    const last = (logs === undefined ? [] : fallbacksOf(logs)).filter((f) => f.at <= to && f.at >= from).at(-1)
+    if (last === undefined) return { why: undefined, seen: `sidecar ${s} did not fall back from shared budgets from ${rel(from)} to ${rel(to)}` }
+    const { excused, takenMs } = fallbackByMachine(witness, last, { timeoutMs: REDIS_TIMEOUT_MS, heartbeatMs: QUOTA_TIMING.heartbeatMs })
+    const seen = `sidecar ${s} fell back at ${rel(last.at)} (${last.reason}); the machine took ${Math.round(takenMs)} ms of that command's window`
+    return { why: excused ? seen : undefined, seen }
+  }
+  /** Why every sidecar not settled now is so by the machine's doing (each fell back for a command it made late), if so. */
+  const unsettledByMachine = (): string | undefined => {
+    const now = performance.now()
+    const unsettled = connectedSince.flatMap((since, i) => since === undefined || now - since < SETTLED_MS ? [i] : [])
+    const whys = unsettled.map((i) => fellBackByMachine(i, now - degradedSpanMs, now).why)
+    return whys.length > 0 && whys.every((w) => w !== undefined) ? whys.join('; ') : undefined
+  }
 
   const poll = async (): Promise<void> => {
     const seen = await Promise.all(fleet.sidecars.map(async (s) => await quotaView(s.built.adminUrl)))
@@ -208,6 +243,8 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
     if (unsettled >= 0) return `sidecar ${unsettled} has not been connected for ${SETTLED_MS} ms (/status: ${JSON.stringify(views[unsettled])})`
     const cooling = views.findIndex((v) => v === undefined || v.cooldowns > 0)
     if (cooling >= 0) return `sidecar ${cooling} lists a cool-down`
+    // A sidecar back after a data loss gates every budget for a window from when it told Redis its sends.
+    if (now - lostAt() < maxWindowMs(rules) + TRANSIT_MS) return `a sidecar found Redis had lost its data at ${rel(lostAt())}`
     const r = rules[rule]
     if (r === undefined) return undefined
     const times = arrivalsOf(rule)
@@ -239,6 +276,13 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
       const stalled = views.some((v) => v?.degraded === true || (v?.fleet !== undefined && v.fleet.present < size))
       if (why !== undefined && stalled && lateRecently()) {
         log(`recovery not judged: ${why}; the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
+        report.recoveryLate = true
+        return
+      }
+      // A sidecar that fell back between two reads of /status, for a command the machine made late.
+      const machine = why === undefined ? undefined : unsettledByMachine()
+      if (machine !== undefined) {
+        log(`recovery not judged: ${why ?? ''}; ${machine}`)
         report.recoveryLate = true
         return
       }
@@ -274,15 +318,15 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
         throw new ViolationError({ check: 'G3', message: `call ${id}: ${what}, ${Math.round(elapsed)} ms` })
       }
       if (elapsed > HANG_MS) {
-        // Answered, but late: the bound holds for a machine that runs us. A stall the probe
-        // saw during the call (this event loop, or Redis's PING, past LATE_MS) excuses it,
-        // as it excuses G2 below; the probe reads the event-loop delay once a half-heartbeat.
+        // Answered, but late: the bound holds for a machine that runs us. Excused only when
+        // the machine took at least the excess from this very call (the witness's next tick read).
         await sleep(QUOTA_TIMING.heartbeatMs)
-        if (lateAt < result.startedAt) {
-          throw new ViolationError({ check: 'G3', message: `call ${id}: ${what}, ${Math.round(elapsed)} ms (at most ${HANG_MS}); the probe saw no stall` })
+        const { excused, takenMs } = lateByMachine(witness, result, HANG_MS)
+        if (!excused) {
+          throw new ViolationError({ check: 'G3', message: `call ${id}: ${what}, ${Math.round(elapsed)} ms (at most ${HANG_MS}); the machine took ${Math.round(takenMs)} ms of it` })
         }
         report.lateAnswers += 1
-        log(`G3 not judged for ${id}: answered in ${Math.round(elapsed)} ms, and the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
+        log(`G3 not judged for ${id}: answered in ${Math.round(elapsed)} ms, of which the machine took ${Math.round(takenMs)} ms`)
       }
     }
     const fromCache = checkCached(id, c.path, result, arrival !== undefined)
@@ -293,20 +337,19 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
       // With room, a call is sent, or (a cached rule) answered by a fresh stored answer.
       if (result.status !== 200 || (arrival === undefined && fromCache !== 'fresh')) {
         // The spec's healthy state needs Redis answering in time: a sidecar whose Redis
-        // command took longer than RATE_LIMIT_REDIS_TIMEOUT_MS during this very call (a
-        // loaded machine) is degraded by definition, and says so in /status.
+        // command the machine made late (in this call, or just before it, between two reads
+        // of /status) is degraded by definition. It logs when it fell back and why; the
+        // witness says whether the machine took that command's time. A refusal with no fall
+        // back, or a fall back with nothing taken, fails; so does a data-loss gate no sidecar logged.
         const after = await quotaView(sidecar.built.adminUrl)
         await sleep(QUOTA_TIMING.heartbeatMs)
-        if (after?.degraded !== true || !lateRecently()) {
-          throw new ViolationError({
-            check: 'G2',
-            message: `call ${id} in a healthy state with room in the model: ${what}; /status right after: ${JSON.stringify(after)}; ` +
-              `the probe last saw Redis late or this process stalled ${lateAt === -Infinity ? 'never' : `at ${rel(lateAt)}`}`
-          })
+        const { why, seen } = stallBehind(s, result)
+        if (why === undefined) {
+          throw new ViolationError({ check: 'G2', message: `call ${id} in a healthy state with room in the model: ${what}; /status right after: ${JSON.stringify(after)}; ${seen}` })
         }
         report.livenessChecked -= 1
         report.livenessLate += 1
-        log(`G2 not judged for ${id}: sidecar ${s} reports degraded right after it, and the probe saw Redis answer, or this process stall, past ${LATE_MS} ms at ${rel(lateAt)}`)
+        log(`G2 not judged for ${id}: ${why}`)
       }
     }
     // What this sidecar now knows of a cool-down of this rule.
@@ -379,11 +422,14 @@ async function drive (fleet: Fleet, config: FleetConfig, schedule: Command[], ru
         await fleet.redis.setPassword('not-the-sidecars-password')
         passwordWrong = true
         break
-      case 'restartSidecar':
+      case 'restartSidecar': {
         await fleet.restartSidecar(c.s % size)
+        const restarted = fleet.sidecars[c.s % size]
+        if (restarted !== undefined) logsOfRuns.push(restarted.built.logs)
         connectedSince[c.s % size] = undefined
         learned[c.s % size] = []
         break
+      }
       case 'upstreamDown':
         await fleet.upstreamProxy.cut()
         // The sidecars (in this process) see their idle upstream connections closed before
