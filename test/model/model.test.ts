@@ -41,6 +41,7 @@ let servedChecked = 0
 let servedTokenless = 0
 let underFetch = 0
 let hits = 0
+let machine = 0
 
 for (const [g, featured] of GROUPS.entries()) {
   if (ONLY_GROUP !== undefined && ONLY_GROUP !== g) continue
@@ -60,6 +61,7 @@ for (const [g, featured] of GROUPS.entries()) {
       servedTokenless += report.servedTokenless
       underFetch += report.underFetch
       hits += report.hits
+      machine += report.machine
       if (report.violation !== undefined) {
         lastFailing = report
         throw new Error(`${report.violation.check}${report.violation.case === undefined ? '' : ` (${report.violation.case})`}: ${report.violation.message}`)
@@ -93,7 +95,7 @@ for (const [g, featured] of GROUPS.entries()) {
 
 t.test('the runs met every fault kind and judged every promise', { buffered: false }, async (t) => {
   t.comment(`seed ${SEED}; ${runs} runs; faults: ${[...seen].map(([k, n]) => `${k} ${n}`).join(', ')}; ` +
-    `served held ${servedChecked} calls (${servedTokenless} while tokens lapsed); ${underFetch} calls judged under a fetch; ${hits} hits; ` +
+    `served held ${servedChecked} calls (${servedTokenless} while tokens lapsed); ${underFetch} calls judged under a fetch; ${hits} hits; ${machine} judgements left to a busy machine; ` +
     `known open met: ${[...gated].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'} (open: ${[...KNOWN_OPEN].join(', ')})`)
   if (ONLY_GROUP !== undefined || failures > 0) {
     t.pass('coverage not judged: a single group replayed, or a property failed')
