@@ -4,10 +4,10 @@
 // sidecar) waits for this event loop, and one hop for redis-server. A loop busy or
 // descheduled 30 ms at a time never shows one stall past a 100 ms timeout, yet three hops
 // add up past it: so the witness sums what was taken over a command's own window instead of
-// looking for one long stall. What it sums:
-//   - this event loop: how late a 10 ms timer fires (the loop busy, or not scheduled), or,
-//     if more, how long its thread waited to run (/proc/self/schedstat): a wait shorter than
-//     a tick (woken by a socket, not run for 8 ms) delays each hop and never shows in a timer;
+// looking for one long stall. What it sums, an upper bound of what a hop can wait:
+//   - this event loop: its time busy (eventLoopUtilization's active: anything readable waits
+//     for the loop to come round) and its thread's time waiting to run (/proc/self/schedstat:
+//     woken by a socket, not run for 8 ms); without /proc, how late a 10 ms timer fires;
 //   - redis-server: its main thread's CPU time and run-queue wait (/proc/<pid>/schedstat).
 // A sidecar that never sends a command, or refuses while healthy, is late with nothing taken.
 import { readFileSync } from 'node:fs'
@@ -44,14 +44,17 @@ export function watchStalls (pids: () => Array<number | undefined>): StallWitnes
   const seen = new Map<number, number>()
   let prev = performance.now()
   let waited = schedstat('self')?.waitMs ?? 0
+  let active = performance.eventLoopUtilization().active
   let timer: NodeJS.Timeout | undefined
   const tick = (): void => {
     const now = performance.now()
     const waitMs = schedstat('self')?.waitMs ?? waited
-    // The larger of the two: a timer late for want of the CPU is the same time as the wait.
-    const late = Math.max(now - prev - TICK_MS - JITTER_MS, waitMs - waited)
+    const activeMs = performance.eventLoopUtilization().active
+    // A timer late for want of the loop is time already counted as busy or waiting.
+    const late = Math.max(now - prev - TICK_MS - JITTER_MS, activeMs - active + waitMs - waited)
     waited = waitMs
-    if (late > 0) slices.push({ from: prev, to: now, ms: late })
+    active = activeMs
+    if (late > 0) slices.push({ from: prev, to: now, ms: Math.min(late, now - prev) })
     for (const pid of pids()) {
       if (pid === undefined) continue
       const stat = schedstat(pid)
@@ -124,9 +127,9 @@ export function dataLossesOf (logs: Built['logs']): number[] {
 }
 
 /**
- * Whether the machine made a sidecar's Redis command late (its fall back at `f.at`): nearly the
- * whole timeout taken in the command's window. A timeout (ioredis's timer) fires a timeout
- * after the send: the window is that timeout. A script run past its deadline may also have
+ * Whether the machine made a sidecar's Redis command late (its fall back at `f.at`): nearly
+ * the whole timeout taken in the command's window. ioredis's timer fires a timeout
+ * after the send: that timeout is the window. A script run past its deadline may also have
  * lost time before the send: a deadline is written from the Redis clock read at the previous
  * reply, so a late delivery of that reply counts against the next command
  * (src/quota/redis-backend.ts); its window reaches back over the heartbeat before. Any other
