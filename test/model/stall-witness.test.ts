@@ -1,5 +1,6 @@
 // The models excuse a late Redis command only for a stall the witness saw (test/helpers/stalls.ts):
 // it must see a blocked event loop, count it once, and excuse no fall back of another kind.
+// The kernel's softirq threads are left out: on a busy machine they wait whatever the test does.
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { fallbackByMachine, lateByMachine, redisLateByMachine, watchStalls } from '../helpers/stalls.js'
@@ -12,7 +13,7 @@ function block (ms: number): void {
 }
 
 t.test('a blocked event loop is seen, within the window it blocked', async (t) => {
-  const witness = watchStalls(() => [])
+  const witness = watchStalls(() => [], { softirq: false })
   t.teardown(witness.stop)
   await sleep(50)
   const from = performance.now()
@@ -30,7 +31,7 @@ t.test('a blocked event loop is seen, within the window it blocked', async (t) =
 })
 
 t.test('a fall back for no stall is never the machine\'s', async (t) => {
-  const witness = watchStalls(() => [])
+  const witness = watchStalls(() => [], { softirq: false })
   t.teardown(witness.stop)
   block(150)
   const at = performance.now()
