@@ -110,16 +110,21 @@ const ignore = (): void => {}
 
 let excessAnswer: Buffer | undefined
 
-/** 503 OVERLOADED on a bare socket (sendError's bytes, rendered once), then a lingering close. */
+/** 503 OVERLOADED (sendError's bytes, rendered once) written to a bare socket, which is ended: counted, and closed by the caller. */
+export function endOverloaded (socket: Socket, metrics: Pick<Metrics, 'errors'>): void {
+  // A flood's every connection comes here: one Buffer for all, no error object (and stack) for each.
+  excessAnswer ??= Buffer.from(rawErrorAnswer(new OverloadedError(), OVERLOAD_RETRY_AFTER_S), 'latin1')
+  metrics.errors.inc({ code: 'OVERLOADED' })
+  if (socket.writable) socket.end(excessAnswer)
+}
+
+/** 503 OVERLOADED on a bare socket, then a lingering close. */
 export function answerExcess (socket: Socket, metrics: Pick<Metrics, 'errors'>, discarded?: (bytes: number) => void): void {
   // A reset by the caller after the answer is nobody's failure.
   socket.on('error', ignore)
   const linger = setTimeout(() => { socket.destroy() }, EXCESS_LINGER_MS).unref()
   socket.once('close', () => { clearTimeout(linger) })
-  // A flood's every connection comes here: one Buffer for all, no error object (and stack) for each.
-  excessAnswer ??= Buffer.from(rawErrorAnswer(new OverloadedError(), OVERLOAD_RETRY_AFTER_S), 'latin1')
-  metrics.errors.inc({ code: 'OVERLOADED' })
-  if (socket.writable) socket.end(excessAnswer)
+  endOverloaded(socket, metrics)
   // Read and dropped like a shed request's body (a socket paused to wait for this resumes).
   socket.on('data', discarded === undefined ? ignore : (chunk: Buffer) => { discarded(chunk.length) })
   socket.resume()

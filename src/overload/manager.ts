@@ -5,10 +5,11 @@
 // /readyz's reason, /status).
 import type { Metrics } from '../metrics.js'
 import { MemoryWatch, type Load, type MemoryStatus, type MemoryWatchOptions } from './memory-watch.js'
-import { BODY_COST, COUNTED_BODY_MAX_BYTES, REQUEST_COST } from './waters.js'
+import type { WaitingConnections } from './waiting-connections.js'
+import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
 
 export {
-  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HIGH_WATER, LOW_WATER, PRIVATE_CLEAR,
+  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HIGH_WATER, LOW_WATER, PRIVATE_CLEAR,
   PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, USAGE_WATER
 } from './waters.js'
 export { fullCollection, liveBytes, youngCollection } from './memory-watch.js'
@@ -73,6 +74,15 @@ export interface OverloadManager {
   connect: () => ShedReason | undefined
   /** An admitted connection closed (call once per admission). */
   disconnect: () => void
+  /**
+   * From then on, while a timed sample finds private memory with the costs in flight over
+   * CONNECTION_WATER, closes `waiting` connections with an unfinished head, oldest first: as
+   * many as, at `connectionCost` each, would bring the sum PRIVATE_CLEAR of the limit under it,
+   * at each such sample. Answered 503 OVERLOADED, counted as `memory_connections`; one warn
+   * when it starts, one info when a sample finds the sum PRIVATE_CLEAR under the water or none
+   * was closed for PRIVATE_HOLD_MS.
+   */
+  closeWaitingOnMemory: (waiting: WaitingConnections, connectionCost: number) => void
   /** Starts sampling (the first sample at once); stop() ends it. */
   start: () => void
   stop: () => void
@@ -95,6 +105,8 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   }
   const atInFlightCap = (): boolean => maxInFlight > 0 && load.inFlight >= maxInFlight
   const atConnectionBound = (): boolean => maxConnections > 0 && connections >= maxConnections
+  /** Unfinished heads closed in the episode under way on private memory, and when the last was; undefined when none is under way. */
+  let closing: { heads: number, at: number } | undefined
 
   return {
     admit (bodyBytes = 0, headerBytes = 0) {
@@ -126,10 +138,36 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       return undefined
     },
     disconnect () { connections -= 1 },
+    closeWaitingOnMemory (waiting, connectionCost) {
+      const clear = PRIVATE_CLEAR * options.limit.bytes
+      const counter = metrics.overloadShed.labels('memory_connections')
+      memory.afterSample(() => {
+        const over = memory.privateOver(CONNECTION_WATER)
+        if (over === undefined || (closing === undefined && over <= 0)) return
+        const now = options.clock.now()
+        const fields = { privateBytes: memory.status().privateBytes, limitBytes: options.limit.bytes }
+        // Over like the private water's shedding: until a sample finds the sum lower, or nothing was closed for a while (malloc may keep it high).
+        if (closing !== undefined && (over <= -clear || now - closing.at >= PRIVATE_HOLD_MS)) {
+          options.log.info({ ...fields, closedHeads: closing.heads }, 'private memory no longer near the limit: no longer closing unfinished heads')
+          closing = undefined
+          return
+        }
+        if (over <= 0) return
+        const heads = waiting.shedHeads(Math.ceil((over + clear) / connectionCost))
+        if (heads === 0) return
+        if (closing === undefined) {
+          closing = { heads: 0, at: now }
+          options.log.warn({ ...fields, connectionWaterBytes: Math.round(CONNECTION_WATER * options.limit.bytes) }, 'overloaded: private memory near the limit, closing connections with an unfinished head, oldest first (503 OVERLOADED)')
+        }
+        closing.heads += heads
+        closing.at = now
+        counter.inc(heads)
+      })
+    },
     start: () => { memory.start() },
     stop: () => { memory.stop() },
     status: () => ({
-      state: memory.shedding || memory.privateShedding || atInFlightCap() || atConnectionBound() ? 'shedding' : 'normal',
+      state: memory.shedding || memory.privateShedding || closing !== undefined || atInFlightCap() || atConnectionBound() ? 'shedding' : 'normal',
       ...memory.status(),
       inFlight: load.inFlight,
       inFlightBodyBytes: load.reserved,
@@ -140,6 +178,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     readinessNote () {
       const notes = memory.readinessNotes()
       if (atInFlightCap()) notes.push(`at the cap of ${maxInFlight} requests in flight, new requests get 503 OVERLOADED`)
+      if (closing !== undefined) notes.push('overloaded: private memory near the limit, connections with an unfinished head get 503 OVERLOADED and are closed, oldest first')
       if (atConnectionBound()) notes.push(`at the bound of ${maxConnections} open connections, new connections get 503 OVERLOADED and are closed`)
       return notes.length === 0 ? undefined : notes.join('; ')
     }

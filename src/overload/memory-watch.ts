@@ -129,6 +129,7 @@ export class MemoryWatch {
   #collectedAt = -Infinity
   #shedding = false
   #stopTimer: (() => void) | undefined
+  #afterSample: (() => void) | undefined
 
   constructor (options: MemoryWatchOptions, load: Readonly<Load>) {
     const { limit, metrics } = options
@@ -178,6 +179,18 @@ export class MemoryWatch {
     this.#showShedding()
     this.#log.warn({ privateBytes: this.#privateBytes, inFlightCostBytes: this.#inFlightCost(), limitBytes: this.#limit.bytes, privateWaterBytes: Math.round(this.#privateWater) }, 'overloaded: private memory near the limit, shedding new requests that do not fit (503 OVERLOADED)')
   }
+
+  /**
+   * How far the last sample's private memory, with the costs in flight, stands over `water` of
+   * the limit (negative: under it); undefined when not watched or unknown.
+   */
+  privateOver (water: number): number | undefined {
+    if (!this.watching || this.#privateBytes === undefined) return undefined
+    return this.#privateBytes + this.#inFlightCost() - water * this.#limit.bytes
+  }
+
+  /** `fn` runs after each timed sample (not those of admissions). */
+  afterSample (fn: () => void): void { this.#afterSample = fn }
 
   /** Bytes of a shed body were read and dropped: every DISCARD_COLLECT_BYTES, a young collection. */
   discarded (bytes: number): void {
@@ -280,6 +293,7 @@ export class MemoryWatch {
       this.#privateShedSinceCollect = false
       this.#collect()
     }
+    this.#afterSample?.()
     this.#stopTimer = this.#clock.setTimer(() => { this.#tick() }, SAMPLE_MS)
   }
 }

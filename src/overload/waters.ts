@@ -26,6 +26,13 @@ export const COUNTED_BODY_MAX_BYTES = 64 * 1024
  * of) plus the expected costs of those in flight and its own stays under this fraction of the limit.
  */
 export const PRIVATE_WATER = 0.8
+/**
+ * Connections holding an unfinished head are closed, oldest first, from this fraction of the
+ * limit in private memory and the costs in flight up: well below PRIVATE_WATER, as heads keep
+ * growing between samples and an admin-port flood can land on them (at 0.7, OOM-killed in 1
+ * run of 2 of the hostile schedule that found it; docs/overload.md).
+ */
+export const CONNECTION_WATER = 0.6
 /** Requests admitted whatever private memory says while fewer are in flight (malloc may keep it high at rest): never shed everything. */
 export const PRIVATE_FLOOR_IN_FLIGHT = 8
 /** What an admitted request is expected to cost beside its body, until its answer closes, in the sum PRIVATE_WATER bounds. */

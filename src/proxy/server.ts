@@ -1,7 +1,7 @@
 // The proxy listener: Fastify with the callers' limits (head size, timeouts), the answers
 // Node's parser forces (CONNECT, malformed HTTP), then the request path in order: tracing's
-// first hook, the connection gate, admission, the route policy, and the request path's
-// stages (plugin.ts). app.ts builds the parts and hands them here.
+// first hook, the waiting connections, the connection gate, admission, the route policy, and
+// the request path's stages (plugin.ts). app.ts builds the parts and hands them here.
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
@@ -12,8 +12,10 @@ import { BadRequestError, MethodNotAllowedError, RequestTimeoutError, sendError 
 import type { IdempotencyStage } from '../idempotency/stage.js'
 import { methodLabel, statusClass, type Metrics } from '../metrics.js'
 import { admitRequests, continueOnlyWhenAdmitted, headOverflowError, limitHeaderCount } from '../overload/admission.js'
-import { gateConnections } from '../overload/connection-gate.js'
+import { endOverloaded, gateConnections } from '../overload/connection-gate.js'
 import type { OverloadManager } from '../overload/manager.js'
+import { followWaiting } from '../overload/waiting-connections.js'
+import { headCost } from '../overload/waters.js'
 import { enforcePolicy } from '../policy/policy.js'
 import { testOrderUpstream } from '../policy/test-orders.js'
 import type { QuotaGuard } from '../quota/guard.js'
@@ -103,6 +105,10 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   })
   // Tracing (src/tracing/): a server span from the request's first hook; the request path's parts wrapped.
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
+  // Unfinished heads grow where admission cannot see them: closed, oldest first, as private
+  // memory nears the limit. Followed before the gate, which hands on only what it admits.
+  const waiting = followWaiting(proxyServer.server, (socket) => { endOverloaded(socket, metrics) })
+  overload.closeWaitingOnMemory(waiting, headCost(config.listener.maxHeaderBytes))
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)

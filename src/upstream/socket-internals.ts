@@ -10,6 +10,9 @@
 //   (keepReadingAfterWriteError).
 // - Node's http server sets the undocumented `socket._httpMessage` to the ServerResponse
 //   of the exchange under way on a connection (pendingResponse).
+// - Node's http server feeds a caller's socket to its parser from C++, so pause() does not
+//   stop it; the socket's `_handle.readStop()` (what net.Socket's own pause calls) does
+//   (stopReading).
 //
 // Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
@@ -17,7 +20,8 @@
 // - test/faults/early-answer.test.ts (an upstream's early 413 before the upload ends);
 // - test/faults/upstream-protocol.test.ts (a reset mid-body of a close-delimited answer,
 //   held back or not);
-// - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed).
+// - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed);
+// - test/overload/waiting-connections.test.ts (a request sent after stopReading).
 import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
@@ -105,4 +109,9 @@ export function guardUpstreamSocket (socket: Socket, resets: ResetWatch): void {
  */
 export function pendingResponse (socket: unknown): ServerResponse | null {
   return (socket as { _httpMessage?: ServerResponse | null })._httpMessage ?? null
+}
+
+/** Stops reading a caller's socket, its HTTP parser's reads included: nothing more it sends is parsed. */
+export function stopReading (socket: Socket): void {
+  (socket as unknown as { _handle?: { readStop?: () => number } | null })._handle?.readStop?.()
 }

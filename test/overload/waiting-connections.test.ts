@@ -1,0 +1,143 @@
+// Unfinished heads where admission cannot see them: once private memory passes
+// CONNECTION_WATER, the overload manager closes the connections holding one, oldest first, each
+// answered 503 OVERLOADED first, counted, logged once each way; idle keep-alives and requests
+// under way are left alone, and a head finished after its answer never reaches a route.
+// Real sockets on port 0, private memory injected, a fake clock for the samples.
+import { createServer, type Server } from 'node:http'
+import { connect, type AddressInfo, type Socket } from 'node:net'
+import t, { type Test } from 'tap'
+import { createMetrics } from '../../src/metrics.js'
+import { endOverloaded } from '../../src/overload/connection-gate.js'
+import { CONNECTION_WATER, createOverloadManager, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
+import { followWaiting } from '../../src/overload/waiting-connections.js'
+import { stopReading } from '../../src/upstream/socket-internals.js'
+import { eventually } from '../helpers/eventually.js'
+import { fakeClock } from '../helpers/fake-clock.js'
+import { captureLogs } from '../helpers/logs.js'
+
+const MiB = 1024 * 1024
+const LIMIT = 100 * MiB
+/** What each connection is counted for: the excess below makes one per sample. */
+const COST = 10 * MiB
+const over = (bytes: number): number => CONNECTION_WATER * LIMIT + bytes
+
+/** A peer that records what it got back and whether it was closed. */
+interface Peer { socket: Socket, got: () => string, closed: () => boolean }
+
+async function peer (t: Test, server: Server, send: string): Promise<Peer> {
+  const socket = connect((server.address() as AddressInfo).port, '127.0.0.1')
+  t.teardown(() => { socket.destroy() })
+  socket.on('error', () => {})
+  let got = ''
+  let closed = false
+  socket.on('data', (chunk: Buffer) => { got += chunk.toString('latin1') })
+  socket.on('close', () => { closed = true })
+  await new Promise((resolve) => socket.once('connect', resolve))
+  if (send !== '') socket.write(send)
+  return { socket, got: () => got, closed: () => closed }
+}
+
+async function setUp (t: Test) {
+  const { clock, tick } = fakeClock()
+  const rss = { private: 40 * MiB }
+  const logs = captureLogs()
+  const metrics = createMetrics({ defaultMetrics: false })
+  const overload = createOverloadManager({ limit: { bytes: LIMIT, source: 'MEMORY_LIMIT_BYTES' }, maxInFlight: 0, clock, log: logs.log, metrics, readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private, collect: () => {} })
+  /** The URLs that reached a route; a request to /hold is answered only at the test's end. */
+  const routed: string[] = []
+  const held: Array<() => void> = []
+  const server = createServer((req, res) => {
+    routed.push(req.url ?? '')
+    if (req.url === '/hold') held.push(() => res.end('held'))
+    else res.end('ok')
+  })
+  const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
+  overload.closeWaitingOnMemory(waiting, COST)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    for (const end of held) end()
+    server.closeAllConnections()
+    server.close()
+  })
+  overload.start()
+  t.teardown(overload.stop)
+  const shedCount = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shed_total')!.get()).values.find((v) => v.labels.reason === 'memory_connections')?.value ?? -1
+  return { server, waiting, rss, tick, logs, metrics, routed, overload, shedCount }
+}
+
+t.test('over the water: unfinished heads answered 503 and closed, oldest first; idle and busy connections kept', async (t) => {
+  const { server, waiting, rss, tick, logs, routed, overload, shedCount } = await setUp(t)
+  const idle = await peer(t, server, '')
+  const oldest = await peer(t, server, 'GET /old HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa')
+  const busy = await peer(t, server, 'GET /hold HTTP/1.1\r\nHost: x\r\n\r\n')
+  const kept = await peer(t, server, 'GET /done HTTP/1.1\r\nHost: x\r\n\r\n')
+  await eventually(t, 'the keep-alive answered', () => kept.got().includes('ok'))
+  const newer = await peer(t, server, 'GET /new HTTP/1.1\r\nHost: x\r\nX-Pad: bbbb')
+  await eventually(t, 'two heads under way', () => waiting.heads() === 2)
+  t.equal(await shedCount(), 0, 'the reason is exported before the first shed')
+
+  rss.private = over(0)
+  await tick(SAMPLE_MS)
+  t.equal(waiting.heads(), 2, 'at the water, nothing closed')
+  rss.private = over(1)
+  await tick(SAMPLE_MS)
+  await eventually(t, 'the oldest head closed', () => oldest.closed())
+  t.match(oldest.got(), /^HTTP\/1\.1 503 Service Unavailable\r\n/)
+  t.match(oldest.got(), /\r\nretry-after: 1\r\n/)
+  t.match(oldest.got(), /\r\nconnection: close\r\n/)
+  t.match(oldest.got(), /"error":"OVERLOADED"/)
+  t.equal(newer.closed(), false, 'one per sample at this excess: the newer head waits')
+  t.equal(overload.status().state, 'shedding')
+  t.match(overload.readinessNote(), /unfinished head get 503 OVERLOADED/)
+
+  await tick(SAMPLE_MS)
+  await eventually(t, 'the newer head closed at the next sample', () => newer.closed())
+  t.match(newer.got(), /^HTTP\/1\.1 503 /)
+  await tick(SAMPLE_MS * 4)
+  t.equal(await shedCount(), 2)
+  t.notOk(idle.closed() || busy.closed() || kept.closed(), 'idle, busy and kept-alive connections left open')
+  t.same(routed, ['/hold', '/done'])
+
+  rss.private = over(-PRIVATE_CLEAR * LIMIT)
+  await tick(SAMPLE_MS)
+  t.same(logs.entries().map((e) => e.msg), [
+    'overloaded: private memory near the limit, closing connections with an unfinished head, oldest first (503 OVERLOADED)',
+    'private memory no longer near the limit: no longer closing unfinished heads'
+  ], 'one line each way')
+  t.match(logs.entries()[1], { closedHeads: 2 })
+  t.equal(overload.status().state, 'normal')
+})
+
+t.test('stopReading: what a caller sends after it never reaches a route, though Node parses the socket from C++', async (t) => {
+  const routed: string[] = []
+  const server = createServer((req, res) => { routed.push(req.url ?? ''); res.end('ok') })
+  // After Node's own listener, which set the parser reading the socket.
+  const seen = new Promise<void>((resolve) => server.once('connection', (socket: Socket) => { stopReading(socket); resolve() }))
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const a = connect((server.address() as AddressInfo).port, '127.0.0.1')
+  t.teardown(() => { a.destroy() })
+  await seen
+  a.write('GET /stopped HTTP/1.1\r\nHost: x\r\n\r\n')
+  // Written after the stopped one's whole request: once it is answered, the server's loop has seen both.
+  const b = await peer(t, server, 'GET /read HTTP/1.1\r\nHost: x\r\n\r\n')
+  await eventually(t, 'the other connection answered', () => b.got().includes('ok'))
+  t.same(routed, ['/read'])
+})
+
+t.test('private memory that stays high at rest: the episode ends once nothing was closed for PRIVATE_HOLD_MS', async (t) => {
+  const { server, waiting, rss, tick, logs, overload } = await setUp(t)
+  const slow = await peer(t, server, 'GET /a HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'a head under way', () => waiting.heads() === 1)
+  rss.private = over(MiB)
+  await tick(SAMPLE_MS)
+  await eventually(t, 'closed', () => slow.closed())
+  await tick(PRIVATE_HOLD_MS)
+  t.equal(overload.status().state, 'normal')
+  t.equal(logs.entries().length, 2)
+  const next = await peer(t, server, 'GET /b HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'a new head under way', () => waiting.heads() === 1)
+  await tick(SAMPLE_MS)
+  await eventually(t, 'a new head is closed again, in a new episode', () => next.closed())
+  t.equal(logs.entries().length, 3)
+})
