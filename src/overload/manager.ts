@@ -150,6 +150,8 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
         if (closing !== undefined && (over <= -clear || now - closing.at >= PRIVATE_HOLD_MS)) {
           options.log.info({ ...fields, closedHeads: closing.heads }, 'private memory no longer near the limit: no longer closing unfinished heads')
           closing = undefined
+          // The closed connections' objects are garbage in V8's heap: freed now, not kept until the next flood.
+          memory.askCollection()
           return
         }
         if (over <= 0) return

@@ -189,6 +189,9 @@ export class MemoryWatch {
     return this.#privateBytes + this.#inFlightCost() - water * this.#limit.bytes
   }
 
+  /** The next timed sample forces a full collection (unless one ran within COLLECT_GAP_MS). */
+  askCollection (): void { this.#privateShedSinceCollect = true }
+
   /** `fn` runs after each timed sample (not those of admissions). */
   afterSample (fn: () => void): void { this.#afterSample = fn }
 
