@@ -42,7 +42,9 @@ async function setUp (t: Test) {
   const rss = { private: 40 * MiB }
   const logs = captureLogs()
   const metrics = createMetrics({ defaultMetrics: false })
-  const overload = createOverloadManager({ limit: { bytes: LIMIT, source: 'MEMORY_LIMIT_BYTES' }, maxInFlight: 0, clock, log: logs.log, metrics, readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private, collect: () => {} })
+  /** Full collections forced. */
+  const gc = { collections: 0 }
+  const overload = createOverloadManager({ limit: { bytes: LIMIT, source: 'MEMORY_LIMIT_BYTES' }, maxInFlight: 0, clock, log: logs.log, metrics, readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private, collect: () => { gc.collections += 1 } })
   /** The URLs that reached a route; a request to /hold is answered only at the test's end. */
   const routed: string[] = []
   const held: Array<() => void> = []
@@ -62,11 +64,11 @@ async function setUp (t: Test) {
   overload.start()
   t.teardown(overload.stop)
   const shedCount = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shed_total')!.get()).values.find((v) => v.labels.reason === 'memory_connections')?.value ?? -1
-  return { server, waiting, rss, tick, logs, metrics, routed, overload, shedCount }
+  return { server, waiting, rss, tick, logs, metrics, routed, overload, shedCount, gc }
 }
 
 t.test('over the water: unfinished heads answered 503 and closed, oldest first; idle and busy connections kept', async (t) => {
-  const { server, waiting, rss, tick, logs, routed, overload, shedCount } = await setUp(t)
+  const { server, waiting, rss, tick, logs, routed, overload, shedCount, gc } = await setUp(t)
   const idle = await peer(t, server, '')
   const oldest = await peer(t, server, 'GET /old HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa')
   const busy = await peer(t, server, 'GET /hold HTTP/1.1\r\nHost: x\r\n\r\n')
@@ -106,6 +108,9 @@ t.test('over the water: unfinished heads answered 503 and closed, oldest first; 
   ], 'one line each way')
   t.match(logs.entries()[1], { closedHeads: 2 })
   t.equal(overload.status().state, 'normal')
+  t.equal(gc.collections, 0, 'no collection while heads are closed')
+  await tick(SAMPLE_MS)
+  t.equal(gc.collections, 1, 'one full collection once the episode ends: the closed connections\' objects go')
 })
 
 t.test('stopReading: what a caller sends after it never reaches a route, though Node parses the socket from C++', async (t) => {
