@@ -20,6 +20,10 @@
 // `for(;;)` loops of this session, two of another; the sidecar at nice 10 under them): 265 and
 // 251 s, the third slower still; peaks 89–127 MiB, /livez worst over 5 s, failing up to 59 s
 // in a row: the liveness promise broke in each (a starved sidecar, not one OOM-killed).
+// Since unfinished heads are closed past CONNECTION_WATER (same day, at rest, 6 runs): 51–57 s,
+// peaks per schedule 110–127 MiB, /livez worst 1.8 s; GROWING_HEADS_THEN_ADMIN_FLOOD alive in 5
+// (117.6–122.0 MiB), OOM-killed in 1: each of its floods alone peaks ~102 MiB and leaves private
+// memory at 80–95 MiB, so together they still come near the limit.
 //
 // Needs root, a memory cgroup this process may make a child of, and room for MAX_SOCKETS
 // sockets in this process's open-file limit; skipped, saying which is missing, elsewhere.
