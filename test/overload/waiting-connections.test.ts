@@ -11,9 +11,12 @@ import { endOverloaded } from '../../src/overload/connection-gate.js'
 import { CONNECTION_WATER, createOverloadManager, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
 import { followWaiting } from '../../src/overload/waiting-connections.js'
 import { stopReading } from '../../src/upstream/socket-internals.js'
+import { startSidecar } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
+import { metricValue } from '../helpers/metrics.js'
+import { startUpstream } from '../helpers/upstream.js'
 
 const MiB = 1024 * 1024
 const LIMIT = 100 * MiB
@@ -145,4 +148,28 @@ t.test('private memory that stays high at rest: the episode ends once nothing wa
   await tick(SAMPLE_MS)
   await eventually(t, 'a new head is closed again, in a new episode', () => next.closed())
   t.equal(logs.entries().length, 3)
+})
+
+t.test('the sidecar: the proxy listener behind its connection gate closes unfinished heads past the water; probes and scrapes keep working', async (t) => {
+  const rss = { private: 40 * MiB }
+  const upstream = await startUpstream(t)
+  const { proxyUrl, adminUrl, logs } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT), MAX_CONNECTIONS: '10' }, { memory: { readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private } })
+  const { port } = new URL(proxyUrl)
+  const slow = connect(Number(port), '127.0.0.1')
+  t.teardown(() => { slow.destroy() })
+  slow.on('error', () => {})
+  let got = ''
+  slow.on('data', (chunk: Buffer) => { got += chunk.toString('latin1') })
+  const closed = new Promise((resolve) => slow.once('close', resolve))
+  await new Promise((resolve) => slow.once('connect', resolve))
+  slow.write('GET /v2/store/slow HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa')
+  t.equal((await fetch(`${proxyUrl}/v2/store/a`)).status, 200, 'below the water: served')
+  rss.private = over(MiB)
+  await closed
+  t.match(got, /^HTTP\/1\.1 503 Service Unavailable\r\n[^]*"error":"OVERLOADED"/)
+  t.equal((await fetch(`${adminUrl}/livez`)).status, 200, '/livez still answered')
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory_connections' }), 1)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'OVERLOADED' }), 1)
+  t.equal(logs.entries().filter((e) => /closing connections with an unfinished head/.test(String(e.msg))).length, 1, 'logged once')
+  t.same(upstream.received.map((r) => r.url), ['/v2/store/a'], 'the shed head reached nothing upstream')
 })
