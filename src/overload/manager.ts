@@ -6,10 +6,10 @@
 import type { Metrics } from '../metrics.js'
 import { MemoryWatch, type Load, type MemoryStatus, type MemoryWatchOptions } from './memory-watch.js'
 import type { WaitingConnections } from './waiting-connections.js'
-import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
+import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
 
 export {
-  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HIGH_WATER, LOW_WATER, PRIVATE_CLEAR,
+  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HIGH_WATER, KEPT_HEADS, LOW_WATER, PRIVATE_CLEAR,
   PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, USAGE_WATER
 } from './waters.js'
 export { fullCollection, liveBytes, youngCollection } from './memory-watch.js'
@@ -76,13 +76,13 @@ export interface OverloadManager {
   disconnect: () => void
   /**
    * From then on, while a timed sample finds private memory with the costs in flight over
-   * CONNECTION_WATER, closes `waiting` connections with an unfinished head, oldest first: as
-   * many as, at `connectionCost` each, would bring the sum PRIVATE_CLEAR of the limit under it,
-   * at each such sample. Answered 503 OVERLOADED, counted as `memory_connections`; one warn
-   * when it starts, one info when a sample finds the sum PRIVATE_CLEAR under the water or none
-   * was closed for PRIVATE_HOLD_MS.
+   * CONNECTION_WATER, closes `waiting` connections with an unfinished head, oldest head first:
+   * as many as, at `connectionCost` each, would bring the sum PRIVATE_CLEAR of the limit under
+   * it, at each such sample, the youngest `keptHeads` (KEPT_HEADS) never. Answered 503 OVERLOADED, counted as
+   * `memory_connections`, the shedding gauge 1; one warn when it starts, one info when a sample
+   * finds the sum PRIVATE_CLEAR under the water or none was closed for PRIVATE_HOLD_MS.
    */
-  closeWaitingOnMemory: (waiting: WaitingConnections, connectionCost: number) => void
+  closeWaitingOnMemory: (waiting: WaitingConnections, connectionCost: number, keptHeads?: number) => void
   /** Starts sampling (the first sample at once); stop() ends it. */
   start: () => void
   stop: () => void
@@ -138,7 +138,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       return undefined
     },
     disconnect () { connections -= 1 },
-    closeWaitingOnMemory (waiting, connectionCost) {
+    closeWaitingOnMemory (waiting, connectionCost, keptHeads = KEPT_HEADS) {
       const clear = PRIVATE_CLEAR * options.limit.bytes
       const counter = metrics.overloadShed.labels('memory_connections')
       memory.afterSample(() => {
@@ -150,15 +150,17 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
         if (closing !== undefined && (over <= -clear || now - closing.at >= PRIVATE_HOLD_MS)) {
           options.log.info({ ...fields, closedHeads: closing.heads }, 'private memory no longer near the limit: no longer closing unfinished heads')
           closing = undefined
+          memory.showClosingHeads(false)
           // The closed connections' objects are garbage in V8's heap: freed now, not kept until the next flood.
           memory.askCollection()
           return
         }
         if (over <= 0) return
-        const heads = waiting.shedHeads(Math.ceil((over + clear) / connectionCost))
+        const heads = waiting.shedHeads(Math.ceil((over + clear) / connectionCost), keptHeads)
         if (heads === 0) return
         if (closing === undefined) {
           closing = { heads: 0, at: now }
+          memory.showClosingHeads(true)
           options.log.warn({ ...fields, connectionWaterBytes: Math.round(CONNECTION_WATER * options.limit.bytes) }, 'overloaded: private memory near the limit, closing connections with an unfinished head, oldest first (503 OVERLOADED)')
         }
         closing.heads += heads

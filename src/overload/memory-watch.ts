@@ -128,6 +128,7 @@ export class MemoryWatch {
   #discardedBytes = 0
   #collectedAt = -Infinity
   #shedding = false
+  #closingHeads = false
   #stopTimer: (() => void) | undefined
   #afterSample: (() => void) | undefined
 
@@ -192,6 +193,12 @@ export class MemoryWatch {
   /** The next timed sample forces a full collection (unless one ran within COLLECT_GAP_MS). */
   askCollection (): void { this.#privateShedSinceCollect = true }
 
+  /** Unfinished heads are closed on private memory (manager.ts), or no longer: the shedding gauge says so too. */
+  showClosingHeads (closing: boolean): void {
+    this.#closingHeads = closing
+    this.#showShedding()
+  }
+
   /** `fn` runs after each timed sample (not those of admissions). */
   afterSample (fn: () => void): void { this.#afterSample = fn }
 
@@ -246,7 +253,7 @@ export class MemoryWatch {
   #currentPrivate (): number | undefined { return this.watching ? this.#privateBytes : this.#readPrivate() }
   /** What the requests in flight are expected to cost in private memory. */
   #inFlightCost (): number { return this.#load.inFlight * REQUEST_COST + this.#load.reserved }
-  #showShedding (): void { this.#metrics.overloadShedding.set(this.#shedding || this.#privateShedding ? 1 : 0) }
+  #showShedding (): void { this.#metrics.overloadShedding.set(this.#shedding || this.#privateShedding || this.#closingHeads ? 1 : 0) }
 
   #currentUsage (): number | undefined {
     if (!this.#usageRead) {

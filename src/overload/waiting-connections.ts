@@ -1,19 +1,20 @@
-// The proxy listener's connections that hold no request in progress, in the order they began
-// to wait: an unfinished head, or an idle keep-alive. Admission sees only whole heads, yet an
-// unfinished one grows in Node's parser (it copies a growing header value at each read: ~40 KiB
-// for a head of 16 KiB), so MAX_CONNECTIONS of them beside an admin-port flood outgrow 128 MiB.
-// The overload manager closes the oldest when private memory nears the limit (manager.ts).
-import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+// The proxy listener's unfinished request heads, in the order they began. Admission sees only
+// whole heads, yet an unfinished one grows in Node's parser (it copies a growing header value
+// at each read: ~38 KiB for a head of 16 KiB), so MAX_CONNECTIONS of them beside an admin-port
+// flood outgrow 128 MiB. The overload manager closes the oldest when private memory nears the
+// limit (manager.ts). A head is told at the parser's own boundary, a message's first byte: a
+// body still arriving after an early answer is none, a head pipelined behind a request is one.
+import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
-import { stopReading } from '../upstream/socket-internals.js'
+import { onHeadBegin, stopReading } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
-   * Answers (`answerHead`) and closes up to `count` connections holding an unfinished head,
-   * oldest first; returns how many. An idle one is left: it holds no head, MAX_CONNECTIONS
-   * bounds how many there are, and closing it would cost a caller its keep-alive for nothing.
+   * Answers (`answerHead`) and closes connections holding an unfinished head, oldest head
+   * first: up to `count`, leaving `keep` heads at least; returns how many. Idle keep-alives,
+   * requests and bodies under way are never closed.
    */
-  shedHeads: (count: number) => number
+  shedHeads: (count: number, keep?: number) => number
   /** How many connections hold an unfinished head. */
   heads: () => number
 }
@@ -24,44 +25,38 @@ export interface WaitingConnections {
  * once that is flushed).
  */
 export function followWaiting (server: Server, answerHead: (socket: Socket) => void): WaitingConnections {
-  /** Each waiting socket and its bytesRead when it began to wait: more read since is a head under way. */
-  const waiting = new Map<Socket, number>()
-  /** Requests under way on a socket (pipelined ones queue behind the first). */
-  const underWay = new WeakMap<Socket, number>()
-  // A Map iterates in insertion order: deleted and set again, a socket is the youngest.
-  const wait = (socket: Socket): void => { if (!socket.destroyed) waiting.set(socket, socket.bytesRead) }
+  /** Each socket whose last message began, and whether its head is still unfinished; a Map iterates in insertion order: the oldest head first. */
+  const begun = new Map<Socket, () => boolean>()
   server.on('connection', (socket: Socket) => {
-    wait(socket)
-    socket.once('close', () => { waiting.delete(socket) })
-  })
-  server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
-    const socket = req.socket as Socket
-    waiting.delete(socket)
-    underWay.set(socket, (underWay.get(socket) ?? 0) + 1)
-    res.once('close', () => {
-      const left = (underWay.get(socket) ?? 1) - 1
-      underWay.set(socket, left)
-      if (left === 0) wait(socket)
+    const followed = onHeadBegin(socket, (unfinished) => {
+      begun.delete(socket)
+      begun.set(socket, unfinished)
     })
+    if (followed) socket.once('close', () => { begun.delete(socket) })
   })
-  const holdsHead = ([socket, readAt]: [Socket, number]): boolean => socket.bytesRead > readAt
+  /** The sockets holding an unfinished head, oldest first (those whose head was finished are forgotten). */
+  const unfinishedHeads = (): Socket[] => {
+    const heads: Socket[] = []
+    for (const [socket, unfinished] of begun) {
+      if (unfinished()) heads.push(socket)
+      else begun.delete(socket)
+    }
+    return heads
+  }
   return {
-    shedHeads (count) {
-      let shed = 0
-      for (const entry of waiting) {
-        if (shed >= count) break
-        if (!holdsHead(entry)) continue
-        const [socket] = entry
-        waiting.delete(socket)
+    shedHeads (count, keep = 0) {
+      const heads = unfinishedHeads()
+      const shed = heads.slice(0, Math.max(0, Math.min(count, heads.length - keep)))
+      for (const socket of shed) {
+        begun.delete(socket)
         // Node's parser reads the socket from C++ ('data' is never emitted): stopped, no head
         // finished after this answer can reach a route.
         stopReading(socket)
         answerHead(socket)
         socket.destroySoon()
-        shed += 1
       }
-      return shed
+      return shed.length
     },
-    heads: () => [...waiting].filter(holdsHead).length
+    heads: () => unfinishedHeads().length
   }
 }

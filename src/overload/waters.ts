@@ -33,6 +33,13 @@ export const PRIVATE_WATER = 0.8
  * run of 2 of the hostile schedule that found it; docs/overload.md).
  */
 export const CONNECTION_WATER = 0.6
+/**
+ * Unfinished heads never closed on private memory, the youngest: so many cost ~2.4 MiB at
+ * most (headCost of 16 KiB heads), and a slow caller among them is a caller. Private memory
+ * can stay over CONNECTION_WATER at rest after a flood (malloc keeps it): a lone slow head
+ * then begins no closing, no log line, no collection.
+ */
+export const KEPT_HEADS = 64
 /** Requests admitted whatever private memory says while fewer are in flight (malloc may keep it high at rest): never shed everything. */
 export const PRIVATE_FLOOR_IN_FLIGHT = 8
 /** What an admitted request is expected to cost beside its body, until its answer closes, in the sum PRIVATE_WATER bounds. */

@@ -13,6 +13,10 @@
 // - Node's http server feeds a caller's socket to its parser from C++, so pause() does not
 //   stop it; the socket's `_handle.readStop()` (what net.Socket's own pause calls) does
 //   (stopReading).
+// - Node's http server gives each connection a parser (`socket.parser`) that calls the
+//   function in its slot 0 (HTTPParser.kOnMessageBegin, unset by Node's server) at a
+//   message's first byte, and sets `parser.incoming` to a new IncomingMessage once that
+//   message's head is complete (onHeadBegin).
 //
 // Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
@@ -21,7 +25,8 @@
 // - test/faults/upstream-protocol.test.ts (a reset mid-body of a close-delimited answer,
 //   held back or not);
 // - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed);
-// - test/overload/waiting-connections.test.ts (a request sent after stopReading).
+// - test/overload/waiting-connections.test.ts (a request sent after stopReading; heads
+//   begun behind a request, behind a body, pipelined, told apart from bodies).
 import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
@@ -114,4 +119,49 @@ export function pendingResponse (socket: unknown): ServerResponse | null {
 /** Stops reading a caller's socket, its HTTP parser's reads included: nothing more it sends is parsed. */
 export function stopReading (socket: Socket): void {
   (socket as unknown as { _handle?: { readStop?: () => number } | null })._handle?.readStop?.()
+}
+
+/** Node's HTTPParser.kOnMessageBegin and kOnHeadersComplete: the parser's slots for what it calls at a message's first byte, and once its head is whole. */
+const ON_MESSAGE_BEGIN = 0
+const ON_HEADERS_COMPLETE = 2
+const wrapped = Symbol('head followed')
+
+interface Parser { socket?: unknown, [ON_MESSAGE_BEGIN]?: unknown, [ON_HEADERS_COMPLETE]?: unknown, [wrapped]?: true }
+const parserOf = (socket: Socket): Parser | null | undefined => (socket as unknown as { parser?: Parser | null }).parser
+
+/** Each followed socket's head: begun and not yet whole. Node pools parsers (the client's too): the functions look their socket up here. */
+const heads = new WeakMap<object, { unfinished: boolean, begun: () => void }>()
+const headOf = (parser: Parser): { unfinished: boolean, begun: () => void } | undefined =>
+  typeof parser.socket === 'object' && parser.socket !== null ? heads.get(parser.socket) : undefined
+function messageBegun (this: Parser): void {
+  const head = headOf(this)
+  if (head === undefined) return
+  head.unfinished = true
+  head.begun()
+}
+
+/**
+ * Calls `begun` as a request head begins on `socket` (an http.Server's, after Node's own
+ * 'connection' listener): at the first byte of each message, however it arrived (alone,
+ * after a body, pipelined behind another request). `unfinished()` then tells whether that
+ * head is still incomplete. False, and nothing is called, when the socket has no parser.
+ */
+export function onHeadBegin (socket: Socket, begun: (unfinished: () => boolean) => void): boolean {
+  const parser = parserOf(socket)
+  const headersComplete = parser?.[ON_HEADERS_COMPLETE]
+  if (parser === null || parser === undefined || typeof headersComplete !== 'function') return false
+  parser[ON_MESSAGE_BEGIN] = messageBegun
+  if (parser[wrapped] !== true) {
+    // Once per parser: it keeps this function as it goes back to the pool and out again.
+    parser[wrapped] = true
+    parser[ON_HEADERS_COMPLETE] = function (this: Parser, ...args: unknown[]): unknown {
+      const head = headOf(this)
+      if (head !== undefined) head.unfinished = false
+      return (headersComplete as (...a: unknown[]) => unknown).apply(this, args)
+    }
+  }
+  const head = { unfinished: false, begun: () => { begun(unfinished) } }
+  const unfinished = (): boolean => head.unfinished && parserOf(socket) === parser
+  heads.set(socket, head)
+  return true
 }

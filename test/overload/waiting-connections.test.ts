@@ -1,14 +1,16 @@
 // Unfinished heads where admission cannot see them: once private memory passes
-// CONNECTION_WATER, the overload manager closes the connections holding one, oldest first, each
-// answered 503 OVERLOADED first, counted, logged once each way; idle keep-alives and requests
-// under way are left alone, and a head finished after its answer never reaches a route.
-// Real sockets on port 0, private memory injected, a fake clock for the samples.
+// CONNECTION_WATER, the overload manager closes the connections holding one, oldest head first,
+// each answered 503 OVERLOADED first, counted, the shedding gauge 1, logged once each way; idle
+// keep-alives, requests under way and bodies still arriving after an early answer are left
+// alone; a head pipelined behind a request is one; a head finished after its answer never
+// reaches a route; the youngest KEPT_HEADS are kept, so a lone slow caller at rest begins
+// nothing. Real sockets on port 0, private memory injected, a fake clock for the samples.
 import { createServer, type Server } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { endOverloaded } from '../../src/overload/connection-gate.js'
-import { CONNECTION_WATER, createOverloadManager, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
+import { CONNECTION_WATER, createOverloadManager, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
 import { followWaiting } from '../../src/overload/waiting-connections.js'
 import { stopReading } from '../../src/upstream/socket-internals.js'
 import { startSidecar } from '../helpers/build.js'
@@ -27,8 +29,8 @@ const over = (bytes: number): number => CONNECTION_WATER * LIMIT + bytes
 /** A peer that records what it got back and whether it was closed. */
 interface Peer { socket: Socket, got: () => string, closed: () => boolean }
 
-async function peer (t: Test, server: Server, send: string): Promise<Peer> {
-  const socket = connect((server.address() as AddressInfo).port, '127.0.0.1')
+async function peer (t: Test, server: Server | number, send: string): Promise<Peer> {
+  const socket = connect(typeof server === 'number' ? server : (server.address() as AddressInfo).port, '127.0.0.1')
   t.teardown(() => { socket.destroy() })
   socket.on('error', () => {})
   let got = ''
@@ -40,7 +42,7 @@ async function peer (t: Test, server: Server, send: string): Promise<Peer> {
   return { socket, got: () => got, closed: () => closed }
 }
 
-async function setUp (t: Test) {
+async function setUp (t: Test, keptHeads = 0) {
   const { clock, tick } = fakeClock()
   const rss = { private: 40 * MiB }
   const logs = captureLogs()
@@ -57,7 +59,7 @@ async function setUp (t: Test) {
     else res.end('ok')
   })
   const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
-  overload.closeWaitingOnMemory(waiting, COST)
+  overload.closeWaitingOnMemory(waiting, COST, keptHeads)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => {
     for (const end of held) end()
@@ -67,11 +69,12 @@ async function setUp (t: Test) {
   overload.start()
   t.teardown(overload.stop)
   const shedCount = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shed_total')!.get()).values.find((v) => v.labels.reason === 'memory_connections')?.value ?? -1
-  return { server, waiting, rss, tick, logs, metrics, routed, overload, shedCount, gc }
+  const gauge = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shedding')!.get()).values[0]?.value ?? -1
+  return { server, waiting, rss, tick, logs, metrics, routed, held, overload, shedCount, gauge, gc }
 }
 
 t.test('over the water: unfinished heads answered 503 and closed, oldest first; idle and busy connections kept', async (t) => {
-  const { server, waiting, rss, tick, logs, routed, overload, shedCount, gc } = await setUp(t)
+  const { server, waiting, rss, tick, logs, routed, overload, shedCount, gauge, gc } = await setUp(t)
   const idle = await peer(t, server, '')
   const oldest = await peer(t, server, 'GET /old HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa')
   const busy = await peer(t, server, 'GET /hold HTTP/1.1\r\nHost: x\r\n\r\n')
@@ -93,6 +96,7 @@ t.test('over the water: unfinished heads answered 503 and closed, oldest first; 
   t.match(oldest.got(), /"error":"OVERLOADED"/)
   t.equal(newer.closed(), false, 'one per sample at this excess: the newer head waits')
   t.equal(overload.status().state, 'shedding')
+  t.equal(await gauge(), 1, 'the shedding gauge says so')
   t.match(overload.readinessNote(), /unfinished head get 503 OVERLOADED/)
 
   await tick(SAMPLE_MS)
@@ -111,6 +115,7 @@ t.test('over the water: unfinished heads answered 503 and closed, oldest first; 
   ], 'one line each way')
   t.match(logs.entries()[1], { closedHeads: 2 })
   t.equal(overload.status().state, 'normal')
+  t.equal(await gauge(), 0)
   t.equal(gc.collections, 0, 'no collection while heads are closed')
   await tick(SAMPLE_MS)
   t.equal(gc.collections, 1, 'one full collection once the episode ends: the closed connections\' objects go')
@@ -150,26 +155,94 @@ t.test('private memory that stays high at rest: the episode ends once nothing wa
   t.equal(logs.entries().length, 3)
 })
 
-t.test('the sidecar: the proxy listener behind its connection gate closes unfinished heads past the water; probes and scrapes keep working', async (t) => {
+t.test('the sidecar: the proxy listener behind its connection gate closes the oldest unfinished heads past the water, keeps the youngest; probes and scrapes keep working', async (t) => {
   const rss = { private: 40 * MiB }
   const upstream = await startUpstream(t)
-  const { proxyUrl, adminUrl, logs } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT), MAX_CONNECTIONS: '10' }, { memory: { readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private } })
+  const { proxyUrl, adminUrl, logs } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT), MAX_CONNECTIONS: '100' }, { memory: { readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private } })
   const { port } = new URL(proxyUrl)
-  const slow = connect(Number(port), '127.0.0.1')
-  t.teardown(() => { slow.destroy() })
-  slow.on('error', () => {})
-  let got = ''
-  slow.on('data', (chunk: Buffer) => { got += chunk.toString('latin1') })
-  const closed = new Promise((resolve) => slow.once('close', resolve))
-  await new Promise((resolve) => slow.once('connect', resolve))
-  slow.write('GET /v2/store/slow HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa')
-  t.equal((await fetch(`${proxyUrl}/v2/store/a`)).status, 200, 'below the water: served')
+  const heads: Peer[] = []
+  // One at a time, each seen before the next: their heads begin in this order.
+  for (let i = 0; i < KEPT_HEADS + 2; i++) {
+    heads.push(await peer(t, Number(port), `GET /v2/store/slow-${i} HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa`))
+    t.equal((await fetch(`${proxyUrl}/v2/store/a`)).status, 200, 'below the water: served')
+  }
   rss.private = over(MiB)
-  await closed
-  t.match(got, /^HTTP\/1\.1 503 Service Unavailable\r\n[^]*"error":"OVERLOADED"/)
+  await eventually(t, 'the two oldest closed', () => heads[0]!.closed() && heads[1]!.closed())
+  t.match(heads[0]!.got(), /^HTTP\/1\.1 503 Service Unavailable\r\n[^]*"error":"OVERLOADED"/)
   t.equal((await fetch(`${adminUrl}/livez`)).status, 200, '/livez still answered')
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory_connections' }), 1)
-  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'OVERLOADED' }), 1)
+  t.equal(heads.filter((h) => h.closed()).length, 2, `the youngest ${KEPT_HEADS} kept`)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory_connections' }), 2)
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_errors_total', { code: 'OVERLOADED' }), 2)
   t.equal(logs.entries().filter((e) => /closing connections with an unfinished head/.test(String(e.msg))).length, 1, 'logged once')
-  t.same(upstream.received.map((r) => r.url), ['/v2/store/a'], 'the shed head reached nothing upstream')
+  t.ok(upstream.received.every((r) => r.url === '/v2/store/a'), 'no shed head reached upstream')
+})
+
+t.test('a body still arriving after an early answer is no head: never closed, no second answer', async (t) => {
+  const { server, waiting, rss, tick, routed, shedCount } = await setUp(t)
+  const body = 'x'.repeat(4000)
+  const up = await peer(t, server, `POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length * 10}\r\n\r\n${body}`)
+  await eventually(t, 'answered early', () => up.got().includes('ok'))
+  // The caller goes on sending its body (Node reads it to discard it, keeping the connection).
+  up.socket.write(body)
+  const control = await peer(t, server, 'GET /c HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'the control head seen', () => waiting.heads() === 1)
+  rss.private = over(25 * MiB) // 3 heads a sample at COST
+  for (let i = 0; i < 4; i++) {
+    up.socket.write(body)
+    await tick(SAMPLE_MS)
+  }
+  await eventually(t, 'the control closed', () => control.closed())
+  t.equal(up.closed(), false, 'the upload is not closed')
+  t.notMatch(up.got(), /503/, 'nor answered again')
+  t.equal(await shedCount(), 1)
+  t.same(routed, ['/orders'])
+})
+
+t.test('a head pipelined behind a request is one: closed as any other', async (t) => {
+  const { server, waiting, rss, tick, held, shedCount } = await setUp(t)
+  const pad = 'a'.repeat(12_000)
+  const pipelined = await peer(t, server, `GET /hold HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\nX-Pad: ${pad}`)
+  await eventually(t, 'the first request routed', () => held.length === 1)
+  held[0]!()
+  await eventually(t, 'answered', () => pipelined.got().includes('held'))
+  t.equal(waiting.heads(), 1, 'its unfinished head counted')
+  rss.private = over(1)
+  await tick(SAMPLE_MS)
+  await eventually(t, 'closed', () => pipelined.closed())
+  t.match(pipelined.got(), /held[^]*HTTP\/1\.1 503 /, 'answered 503 after the first answer')
+  t.equal(await shedCount(), 1)
+})
+
+t.test('oldest head first: a keep-alive that just began its next head goes after a slow head begun before', async (t) => {
+  const { server, waiting, rss, tick } = await setUp(t)
+  const pooled = await peer(t, server, 'GET /first HTTP/1.1\r\nHost: x\r\n\r\n')
+  await eventually(t, 'pooled answered', () => pooled.got().includes('ok'))
+  const loris = await peer(t, server, 'GET /loris HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'the slow head seen', () => waiting.heads() === 1)
+  pooled.socket.write('GET /second HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'two heads', () => waiting.heads() === 2)
+  rss.private = over(1) // one head a sample at COST
+  await tick(SAMPLE_MS)
+  await eventually(t, 'one closed', () => pooled.closed() || loris.closed())
+  t.equal(loris.closed(), true, 'the slow head, begun first, closed')
+  t.equal(pooled.closed(), false, 'the pooled caller kept')
+})
+
+t.test(`over the water at rest: the youngest ${KEPT_HEADS} heads are kept, a lone slow head begins no episode, no log line, no collection`, async (t) => {
+  const { server, waiting, rss, tick, logs, overload, gauge, gc, shedCount } = await setUp(t, KEPT_HEADS)
+  rss.private = over(20 * MiB)
+  const slow = await peer(t, server, 'GET /a HTTP/1.1\r\nHost: x\r\n')
+  await eventually(t, 'a head', () => waiting.heads() === 1)
+  for (let i = 0; i < 8; i++) await tick(SAMPLE_MS)
+  t.equal(slow.closed(), false)
+  t.equal(overload.status().state, 'normal')
+  t.equal(await gauge(), 0)
+  t.same(logs.entries(), [], 'no log line')
+  t.equal(gc.collections, 0, 'no collection')
+  const more = await Promise.all(Array.from({ length: KEPT_HEADS + 1 }, async () => await peer(t, server, 'GET /b HTTP/1.1\r\nHost: x\r\n')))
+  await eventually(t, 'all heads seen', () => waiting.heads() === KEPT_HEADS + 2)
+  await tick(SAMPLE_MS)
+  await eventually(t, 'two closed', async () => await shedCount() === 2)
+  await eventually(t, 'the two oldest', () => slow.closed() && more[0]!.closed())
+  t.equal(more.filter((p) => p.closed()).length, 1, 'the youngest kept')
 })
