@@ -23,7 +23,9 @@ export interface ConnectionCount {
  * once before it is refused, and served when that first read holds a whole request head. A
  * probe or a scrape sends its head at once and is answered at once: it holds no slot the way
  * an unfinished head does, and a flood of unfinished heads holding every slot cannot fail
- * it. Served so, a connection is closed after its answer; at most `max` at once.
+ * it. Served so, a connection is closed after its answer; at most `max` at once. Refused ones
+ * linger (read and dropped) `max` at once too; more are closed as soon as answered: a flood's
+ * thousands would otherwise each hold a socket for EXCESS_LINGER_MS.
  */
 export interface WholeHeadLane {
   max: number
@@ -47,8 +49,18 @@ export function gateConnections (server: Server, count: ConnectionCount, metrics
   const handlers = server.listeners('connection') as Array<(socket: Socket) => void>
   server.removeAllListeners('connection')
   const serve = (socket: Socket): void => { for (const handle of handlers) handle.call(server, socket) }
+  let lingering = 0
   const refuse = (socket: Socket): void => {
     count.refused?.()
+    if (lane !== undefined && lingering >= lane.max) {
+      // A flood's excess: answered and closed at once, no socket kept for a lingering close.
+      socket.on('error', ignore)
+      endOverloaded(socket, metrics)
+      socket.destroy()
+      return
+    }
+    lingering += 1
+    socket.once('close', () => { lingering -= 1 })
     answerExcess(socket, metrics, count.discarded)
   }
   server.on('connection', (socket: Socket) => {

@@ -1,6 +1,7 @@
 // The gate's whole-head lane (src/overload/connection-gate.ts), on a bare http.Server: beyond the
 // bound, a connection whose first read is a whole head is served and closed after its answer,
-// at most `max` at once; the others get 503 OVERLOADED; a head split across reads is refused.
+// at most `max` at once; the others get 503 OVERLOADED; a head split across reads is refused;
+// refused ones linger `max` at once, the rest are closed as soon as answered.
 import { createServer, type ServerResponse } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
@@ -32,7 +33,7 @@ async function gated (t: Test) {
     socket.write(bytes)
     return { socket, answer: () => answer, closed }
   }
-  return { held, open, refused: () => refused }
+  return { server, port, held, open, refused: () => refused }
 }
 
 t.test('at most `max` whole heads served beyond the bound; the next one 503; served ones closed after their answer', async (t) => {
@@ -66,4 +67,24 @@ t.test('beyond the bound: a head split across reads, or silence, gets 503', asyn
   t.equal(statusOf(silent.answer()), 503)
   t.ok(Date.now() - started >= 150, 'after firstReadMs')
   t.equal(refused(), 2)
+})
+
+t.test('a flood beyond the bound: `max` refused connections linger, the rest answered 503 and closed at once', async (t) => {
+  const { server, port, open } = await gated(t)
+  await open('GET /slow HTTP/1.1\r\nHost: x\r\n')
+  // Peers that never close their side: a lingering close keeps the sidecar's socket open.
+  const answers = await Promise.all(Array.from({ length: 6 }, async () => {
+    const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    t.teardown(() => { socket.destroy() })
+    socket.on('error', () => {})
+    let answer = ''
+    socket.setEncoding('latin1').on('data', (chunk: string) => { answer += chunk })
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write('GET /livez HTTP/1.1\r\nHost: x\r\n')
+    return () => answer
+  }))
+  await eventually(t, 'every one answered', () => answers.every((answer) => answer() !== ''))
+  t.same(answers.map((answer) => statusOf(answer())), [503, 503, 503, 503, 503, 503])
+  const connections = await new Promise<number>((resolve, reject) => { server.getConnections((err, n) => { if (err !== null) reject(err); else resolve(n) }) })
+  t.equal(connections, 2, 'the admitted one and one lingering')
 })
