@@ -6,12 +6,12 @@ export function overloadMetrics (registry: Registry) {
   let privateMemory = (): number | undefined => undefined
   const overloadShed = new Counter({
     name: `${METRIC_PREFIX}overload_shed_total`,
-    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory and the bodies in flight over the high water, or the cgroup\'s usage over its water, or private memory with what is in flight too near the limit for one more; in_flight: MAX_IN_FLIGHT_REQUESTS reached; connections: a new connection beyond MAX_CONNECTIONS, answered before its request was read, then closed; memory_connections: an open connection with an unfinished head answered and closed, oldest first, on private memory).',
+    help: 'New requests answered 503 OVERLOADED before anything was read or sent, by reason (memory: live memory and the bodies in flight over the high water, or the cgroup\'s usage over its water, or private memory with what is in flight too near the limit for one more; in_flight: MAX_IN_FLIGHT_REQUESTS reached; connections: a new connection beyond MAX_CONNECTIONS, answered before its request was read, then closed; memory_connections: an open connection with an unfinished head answered and closed, oldest first, on private memory; heads: the same, beyond the bound on unfinished heads).',
     labelNames: ['reason'] as const,
     registers: [registry]
   })
   // Every reason exported from the start, so that an alert's increase() sees the first shed.
-  for (const reason of ['memory', 'in_flight', 'connections', 'memory_connections']) overloadShed.inc({ reason }, 0)
+  for (const reason of ['memory', 'in_flight', 'connections', 'memory_connections', 'heads']) overloadShed.inc({ reason }, 0)
   return {
     overloadShed,
     overloadShedding: new Gauge({

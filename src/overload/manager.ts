@@ -6,10 +6,10 @@
 import type { Metrics } from '../metrics.js'
 import { MemoryWatch, type Load, type MemoryStatus, type MemoryWatchOptions } from './memory-watch.js'
 import type { WaitingConnections } from './waiting-connections.js'
-import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
+import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, headsBound, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
 
 export {
-  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HIGH_WATER, KEPT_HEADS, LOW_WATER, PRIVATE_CLEAR,
+  ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HEADS_WATER, headsBound, HIGH_WATER, KEPT_HEADS, LOW_WATER, PRIVATE_CLEAR,
   PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, USAGE_WATER
 } from './waters.js'
 export { fullCollection, liveBytes, youngCollection } from './memory-watch.js'
@@ -75,7 +75,9 @@ export interface OverloadManager {
   /** An admitted connection closed (call once per admission). */
   disconnect: () => void
   /**
-   * From then on, while a timed sample finds private memory with the costs in flight over
+   * Bounds `waiting`'s unfinished heads at headsBound (of the limit, at `connectionCost` each):
+   * one beyond closes the oldest, counted as `heads`, a warn when closing begins after
+   * PRIVATE_HOLD_MS without. And from then on, while a timed sample finds private memory with the costs in flight over
    * CONNECTION_WATER, closes `waiting` connections with an unfinished head, oldest head first:
    * as many as, at `connectionCost` each, would bring the sum PRIVATE_CLEAR of the limit under
    * it, at each such sample, the youngest `keptHeads` (KEPT_HEADS) never. Answered 503 OVERLOADED, counted as
@@ -92,6 +94,19 @@ export interface OverloadManager {
 }
 
 const counted = (bodyBytes: number): number => BODY_COST * Math.min(bodyBytes, COUNTED_BODY_MAX_BYTES)
+
+/** WaitingConnections' bound on unfinished heads, derived from the limit: counted and logged. */
+function boundWaitingHeads (waiting: WaitingConnections, connectionCost: number, { limit, log, clock, metrics }: OverloadOptions): void {
+  const maxHeads = headsBound(limit.bytes, connectionCost)
+  if (maxHeads === 0) return
+  const counter = metrics.overloadShed.labels('heads')
+  let lastClosedAt = -Infinity
+  waiting.boundHeads(maxHeads, (heads) => {
+    counter.inc(heads)
+    if (clock.now() - lastClosedAt >= PRIVATE_HOLD_MS) log.warn({ maxHeads, closedHeads: heads }, 'overloaded: at the bound of unfinished request heads, closing the oldest (503 OVERLOADED)')
+    lastClosedAt = clock.now()
+  })
+}
 
 export function createOverloadManager (options: OverloadOptions): OverloadManager {
   const { maxInFlight, maxConnections = 0, metrics } = options
@@ -139,6 +154,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     },
     disconnect () { connections -= 1 },
     closeWaitingOnMemory (waiting, connectionCost, keptHeads = KEPT_HEADS) {
+      boundWaitingHeads(waiting, connectionCost, options)
       const clear = PRIVATE_CLEAR * options.limit.bytes
       const counter = metrics.overloadShed.labels('memory_connections')
       memory.afterSample(() => {

@@ -1,12 +1,13 @@
 // The proxy listener's unfinished request heads, in the order they began. Admission sees only
 // whole heads, yet an unfinished one grows in Node's parser (it copies a growing header value
 // at each read: ~38 KiB for a head of 16 KiB), so MAX_CONNECTIONS of them beside an admin-port
-// flood outgrow 128 MiB. The overload manager closes the oldest when private memory nears the
-// limit (manager.ts). A head is told at the parser's own boundary, a message's first byte: a
-// body still arriving after an early answer is none, a head pipelined behind a request is one.
+// flood outgrow 128 MiB. They are bounded in number (the overload manager derives the bound from
+// the memory limit) and closed, oldest first, when private memory nears the limit (manager.ts).
+// A head is told at the parser's own boundary, from a message's first byte to its whole head:
+// a body still arriving after an early answer is none, a head pipelined behind a request is one.
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
-import { onHeadBegin, stopReading } from '../upstream/socket-internals.js'
+import { followHeads, stopReading } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
@@ -17,6 +18,11 @@ export interface WaitingConnections {
   shedHeads: (count: number, keep?: number) => number
   /** How many connections hold an unfinished head. */
   heads: () => number
+  /**
+   * From then on, a head begun beyond `max` unfinished ones closes the oldest (answered as
+   * shedHeads does; `closed` told how many, in the turn after). 0: no bound.
+   */
+  boundHeads: (max: number, closed: (heads: number) => void) => void
 }
 
 /**
@@ -25,38 +31,46 @@ export interface WaitingConnections {
  * once that is flushed).
  */
 export function followWaiting (server: Server, answerHead: (socket: Socket) => void): WaitingConnections {
-  /** Each socket whose last message began, and whether its head is still unfinished; a Map iterates in insertion order: the oldest head first. */
-  const begun = new Map<Socket, () => boolean>()
-  server.on('connection', (socket: Socket) => {
-    const followed = onHeadBegin(socket, (unfinished) => {
-      begun.delete(socket)
-      begun.set(socket, unfinished)
-    })
-    if (followed) socket.once('close', () => { begun.delete(socket) })
-  })
-  /** The sockets holding an unfinished head, oldest first (those whose head was finished are forgotten). */
-  const unfinishedHeads = (): Socket[] => {
-    const heads: Socket[] = []
-    for (const [socket, unfinished] of begun) {
-      if (unfinished()) heads.push(socket)
-      else begun.delete(socket)
+  /** The sockets holding an unfinished head; a Set iterates in insertion order: the oldest head first. */
+  const unfinished = new Set<Socket>()
+  let bound = { max: 0, closed: (_heads: number): void => {} }
+  let overBound = false
+  const shedHeads = (count: number, keep = 0): number => {
+    let shed = 0
+    for (const socket of unfinished) {
+      if (shed >= count || unfinished.size <= keep) break
+      unfinished.delete(socket)
+      // Node's parser reads the socket from C++ ('data' is never emitted): stopped, no head
+      // finished after this answer can reach a route.
+      stopReading(socket)
+      answerHead(socket)
+      socket.destroySoon()
+      shed += 1
     }
-    return heads
+    return shed
   }
+  // Closed in the next turn, not inside the parser's callback; a burst of heads is closed at once.
+  const closeOverBound = (): void => {
+    overBound = false
+    const shed = shedHeads(unfinished.size - bound.max)
+    if (shed > 0) bound.closed(shed)
+  }
+  server.on('connection', (socket: Socket) => {
+    const followed = followHeads(socket, {
+      begun: () => {
+        unfinished.add(socket)
+        if (bound.max > 0 && unfinished.size > bound.max && !overBound) {
+          overBound = true
+          setImmediate(closeOverBound)
+        }
+      },
+      whole: () => { unfinished.delete(socket) }
+    })
+    if (followed) socket.once('close', () => { unfinished.delete(socket) })
+  })
   return {
-    shedHeads (count, keep = 0) {
-      const heads = unfinishedHeads()
-      const shed = heads.slice(0, Math.max(0, Math.min(count, heads.length - keep)))
-      for (const socket of shed) {
-        begun.delete(socket)
-        // Node's parser reads the socket from C++ ('data' is never emitted): stopped, no head
-        // finished after this answer can reach a route.
-        stopReading(socket)
-        answerHead(socket)
-        socket.destroySoon()
-      }
-      return shed.length
-    },
-    heads: () => unfinishedHeads().length
+    shedHeads,
+    heads: () => unfinished.size,
+    boundHeads (max, closed) { bound = { max, closed } }
   }
 }

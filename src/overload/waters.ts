@@ -74,6 +74,18 @@ export function shouldShed (shedding: boolean, live: number, limitBytes: number,
 export const headCost = (maxHeaderBytes: number): number => 2 * maxHeaderBytes + 4 * 1024
 /** Private memory of an idle sidecar holding its token (bench/RESULTS.md: 35–37 MiB). */
 export const IDLE_PRIVATE_BYTES = 40 * 1024 * 1024
+/**
+ * Unfinished heads at `cost` each, beside an idle sidecar, stay under this fraction of the
+ * limit: the rest of it is for an admin-port flood (+21 MiB for 8,060 heads) and what the
+ * heads' churn leaves in malloc (docs/overload.md).
+ */
+export const HEADS_WATER = 0.5
+
+/** How many unfinished heads may be open at once (at least KEPT_HEADS); 0, no bound, without a limit. */
+export function headsBound (limitBytes: number, cost: number): number {
+  if (limitBytes <= 0) return 0
+  return Math.max(KEPT_HEADS, Math.floor((HEADS_WATER * limitBytes - IDLE_PRIVATE_BYTES) / cost))
+}
 
 /**
  * Whether MAX_CONNECTIONS unfinished heads of MAX_HEADER_BYTES fit under the memory limit

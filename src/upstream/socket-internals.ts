@@ -15,8 +15,8 @@
 //   (stopReading).
 // - Node's http server gives each connection a parser (`socket.parser`) that calls the
 //   function in its slot 0 (HTTPParser.kOnMessageBegin, unset by Node's server) at a
-//   message's first byte, and sets `parser.incoming` to a new IncomingMessage once that
-//   message's head is complete (onHeadBegin).
+//   message's first byte, and the one in its slot 2 (kOnHeadersComplete, the same function
+//   for every parser of the pool) once that message's head is whole (followHeads).
 //
 // Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
@@ -129,24 +129,20 @@ const wrapped = Symbol('head followed')
 interface Parser { socket?: unknown, [ON_MESSAGE_BEGIN]?: unknown, [ON_HEADERS_COMPLETE]?: unknown, [wrapped]?: true }
 const parserOf = (socket: Socket): Parser | null | undefined => (socket as unknown as { parser?: Parser | null }).parser
 
-/** Each followed socket's head: begun and not yet whole. Node pools parsers (the client's too): the functions look their socket up here. */
-const heads = new WeakMap<object, { unfinished: boolean, begun: () => void }>()
-const headOf = (parser: Parser): { unfinished: boolean, begun: () => void } | undefined =>
-  typeof parser.socket === 'object' && parser.socket !== null ? heads.get(parser.socket) : undefined
-function messageBegun (this: Parser): void {
-  const head = headOf(this)
-  if (head === undefined) return
-  head.unfinished = true
-  head.begun()
-}
+/** What follows each socket's heads. Node pools parsers (the client's too): the functions look their socket up here. */
+interface HeadWatch { begun: () => void, whole: () => void }
+const watches = new WeakMap<object, HeadWatch>()
+const watchOf = (parser: Parser): HeadWatch | undefined =>
+  typeof parser.socket === 'object' && parser.socket !== null ? watches.get(parser.socket) : undefined
+function messageBegun (this: Parser): void { watchOf(this)?.begun() }
 
 /**
- * Calls `begun` as a request head begins on `socket` (an http.Server's, after Node's own
- * 'connection' listener): at the first byte of each message, however it arrived (alone,
- * after a body, pipelined behind another request). `unfinished()` then tells whether that
- * head is still incomplete. False, and nothing is called, when the socket has no parser.
+ * Calls `watch.begun` as a request head begins on `socket` (an http.Server's, after Node's
+ * own 'connection' listener), at a message's first byte however it arrived (alone, after a
+ * body, pipelined behind another request), and `watch.whole` once that head is complete.
+ * False, and nothing is called, when the socket has no parser.
  */
-export function onHeadBegin (socket: Socket, begun: (unfinished: () => boolean) => void): boolean {
+export function followHeads (socket: Socket, watch: HeadWatch): boolean {
   const parser = parserOf(socket)
   const headersComplete = parser?.[ON_HEADERS_COMPLETE]
   if (parser === null || parser === undefined || typeof headersComplete !== 'function') return false
@@ -155,13 +151,10 @@ export function onHeadBegin (socket: Socket, begun: (unfinished: () => boolean) 
     // Once per parser: it keeps this function as it goes back to the pool and out again.
     parser[wrapped] = true
     parser[ON_HEADERS_COMPLETE] = function (this: Parser, ...args: unknown[]): unknown {
-      const head = headOf(this)
-      if (head !== undefined) head.unfinished = false
+      watchOf(this)?.whole()
       return (headersComplete as (...a: unknown[]) => unknown).apply(this, args)
     }
   }
-  const head = { unfinished: false, begun: () => { begun(unfinished) } }
-  const unfinished = (): boolean => head.unfinished && parserOf(socket) === parser
-  heads.set(socket, head)
+  watches.set(socket, watch)
   return true
 }

@@ -10,7 +10,7 @@ import { connect, type AddressInfo, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { endOverloaded } from '../../src/overload/connection-gate.js'
-import { CONNECTION_WATER, createOverloadManager, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
+import { CONNECTION_WATER, createOverloadManager, headsBound, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, SAMPLE_MS } from '../../src/overload/manager.js'
 import { followWaiting } from '../../src/overload/waiting-connections.js'
 import { stopReading } from '../../src/upstream/socket-internals.js'
 import { startSidecar } from '../helpers/build.js'
@@ -42,7 +42,7 @@ async function peer (t: Test, server: Server | number, send: string): Promise<Pe
   return { socket, got: () => got, closed: () => closed }
 }
 
-async function setUp (t: Test, keptHeads = 0) {
+async function setUp (t: Test, keptHeads = 0, cost = COST) {
   const { clock, tick } = fakeClock()
   const rss = { private: 40 * MiB }
   const logs = captureLogs()
@@ -59,7 +59,7 @@ async function setUp (t: Test, keptHeads = 0) {
     else res.end('ok')
   })
   const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
-  overload.closeWaitingOnMemory(waiting, COST, keptHeads)
+  overload.closeWaitingOnMemory(waiting, cost, keptHeads)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => {
     for (const end of held) end()
@@ -68,7 +68,7 @@ async function setUp (t: Test, keptHeads = 0) {
   })
   overload.start()
   t.teardown(overload.stop)
-  const shedCount = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shed_total')!.get()).values.find((v) => v.labels.reason === 'memory_connections')?.value ?? -1
+  const shedCount = async (reason = 'memory_connections'): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shed_total')!.get()).values.find((v) => v.labels.reason === reason)?.value ?? -1
   const gauge = async (): Promise<number> => (await metrics.registry.getSingleMetric('store_auth_proxy_overload_shedding')!.get()).values[0]?.value ?? -1
   return { server, waiting, rss, tick, logs, metrics, routed, held, overload, shedCount, gauge, gc }
 }
@@ -229,7 +229,8 @@ t.test('oldest head first: a keep-alive that just began its next head goes after
 })
 
 t.test(`over the water at rest: the youngest ${KEPT_HEADS} heads are kept, a lone slow head begins no episode, no log line, no collection`, async (t) => {
-  const { server, waiting, rss, tick, logs, overload, gauge, gc, shedCount } = await setUp(t, KEPT_HEADS)
+  // At 16 KiB a head, the bound on heads (headsBound) is far above these.
+  const { server, waiting, rss, tick, logs, overload, gauge, gc, shedCount } = await setUp(t, KEPT_HEADS, 16 * 1024)
   rss.private = over(20 * MiB)
   const slow = await peer(t, server, 'GET /a HTTP/1.1\r\nHost: x\r\n')
   await eventually(t, 'a head', () => waiting.heads() === 1)
@@ -245,4 +246,25 @@ t.test(`over the water at rest: the youngest ${KEPT_HEADS} heads are kept, a lon
   await eventually(t, 'two closed', async () => await shedCount() === 2)
   await eventually(t, 'the two oldest', () => slow.closed() && more[0]!.closed())
   t.equal(more.filter((p) => p.closed()).length, 1, 'the youngest kept')
+})
+
+t.test('unfinished heads bounded in number by the limit: one beyond the bound closes the oldest at once, counted, logged once', async (t) => {
+  const { server, waiting, logs, routed, shedCount } = await setUp(t)
+  const max = headsBound(LIMIT, COST)
+  t.equal(max, KEPT_HEADS, 'at 10 MiB a head, the bound is its floor')
+  const heads: Peer[] = []
+  for (let i = 0; i < max; i++) heads.push(await peer(t, server, `GET /h${i} HTTP/1.1\r\nHost: x\r\n`))
+  await eventually(t, 'all heads seen', () => waiting.heads() === max)
+  const whole = await peer(t, server, 'GET /whole HTTP/1.1\r\nHost: x\r\n\r\n')
+  await eventually(t, 'a whole head served beside them', () => whole.got().includes('ok'))
+  t.equal(await shedCount('heads'), 0, 'at the bound, nothing closed')
+  const beyond = [await peer(t, server, 'GET /b1 HTTP/1.1\r\nHost: x\r\n'), await peer(t, server, 'GET /b2 HTTP/1.1\r\nHost: x\r\n')]
+  await eventually(t, 'the two oldest closed', () => heads[0]!.closed() && heads[1]!.closed())
+  t.match(heads[0]!.got(), /^HTTP\/1\.1 503 Service Unavailable\r\n/)
+  t.equal(heads.filter((h) => h.closed()).length + beyond.filter((b) => b.closed()).length, 2, 'the rest kept')
+  t.equal(waiting.heads(), max)
+  t.equal(await shedCount('heads'), 2)
+  t.equal(await shedCount(), 0, 'not on memory')
+  t.equal(logs.entries().filter((e) => /at the bound of unfinished request heads/.test(String(e.msg))).length, 1, 'one warn')
+  t.same(routed, ['/whole'])
 })
