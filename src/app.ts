@@ -12,7 +12,7 @@ import { createUpstream } from './upstream/forward.js'
 import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createOverloadManager, type OverloadManager } from './overload/manager.js'
-import { headsFit } from './overload/waters.js'
+import { headCost, headsBound, headsFit } from './overload/waters.js'
 import { createProxyServer } from './proxy/server.js'
 import { createQuota, type QuotaDependencies } from './quota/create.js'
 import type { QuotaGuard } from './quota/guard.js'
@@ -202,7 +202,7 @@ function createOverload (overload: OverloadConfig, maxHeaderBytes: number, deps:
   const { log, clock = systemClock } = deps
   const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
   const limit = memoryLimit(overload.memoryLimitBytes, readSystemFile)
-  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections },
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBound(limit.bytes, headCost(maxHeaderBytes)) },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
   if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes)) {
     log.warn({ memoryLimitBytes: limit.bytes, maxConnections: overload.maxConnections, maxHeaderBytes },
