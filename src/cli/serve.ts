@@ -46,9 +46,10 @@ export async function serve (config: Config, log: Logger): Promise<App> {
   // The process's memory, not the app's (tests run many apps in one process): here, not in buildApp.
   const idleMemory = returnMemoryWhenIdle({
     clock: systemClock,
+    inFlight: () => app.overload.status().inFlight,
     collected: (heapBytes) => {
       app.metrics.idleCollections.inc()
-      log.debug({ heapBytes }, 'quiet: a memory-reducing collection returned what the last burst grew')
+      log.debug({ heapBytes }, 'quiet: a memory-reducing collection returned what V8 held beyond its heap in use')
     }
   })
   const started = app.start()
@@ -56,7 +57,7 @@ export async function serve (config: Config, log: Logger): Promise<App> {
   await listenOrExit(app.proxy, { host: 'HOST', port: 'PORT' }, config.listener.host, config.listener.port, proxyBacklog(config.overload.maxConnections))
   log.info({ ...buildInfo(), ...describe(config) }, 'store-auth-proxy started')
   for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) log.warn(warning)
-  // Once listening and holding the first token: start-up's own work is then out of the first check's window.
+  // Once listening and the first token request has ended (held or failed): start-up's own work is then out of the first check's window.
   void started.finally(() => { idleMemory.start() })
 
   closeWithGrace({ delay: config.shutdown.delayMs + config.shutdown.graceMs, logger: log }, async ({ signal, err }) => {

@@ -2,8 +2,10 @@
 // the young generation at the size the last burst grew it to (two semi-spaces of up to
 // --max-semi-space-size) and old space as fragmented as the burst left it, until allocation
 // triggers a collection, which an idle process never does. One memory-reducing collection (V8's
-// "last resort": it compacts and shrinks the young generation) after start-up and after each
-// burst returns it: 32.6 → 22.5 MiB of private memory at start (bench/RESULTS.md).
+// "last resort": mark-compacts, repeated while they free, and the young generation shrunk) after
+// start-up and after each burst returns it: 32.7 → 22.5 MiB of private memory at start
+// (bench/RESULTS.md). It stops the world for as long as the live heap takes to mark and move,
+// while what it returns does not grow with it: only a small heap with nothing in flight is worth it.
 import { getHeapStatistics } from 'node:v8'
 import { performance, type EventLoopUtilization } from 'node:perf_hooks'
 import type { Clock } from '../clock.js'
@@ -21,6 +23,12 @@ export const FIRST_CHECK_MS = 500
 export const IDLE_UTILIZATION = 0.02
 /** V8's committed heap must have grown this much since the last collection for another to pay. */
 export const REGROWN_BYTES = 2 * 2 ** 20
+/**
+ * Above this much of V8's heap in use (garbage included: 20–29 MiB at start-up), no collection:
+ * a full read cache (45–53 MiB live) made one a 0.1–1 s pause for 1–2 MiB returned (an outside
+ * review, load ~18).
+ */
+export const USED_MAX_BYTES = 40 * 2 ** 20
 
 export interface IdleMemoryOptions {
   clock: Clock
@@ -28,6 +36,10 @@ export interface IdleMemoryOptions {
   collect?: () => void
   /** V8's committed heap in bytes (total_heap_size by default). */
   heapBytes?: () => number
+  /** V8's heap in use in bytes (used_heap_size by default). */
+  usedBytes?: () => number
+  /** Requests in flight: none may wait for a collection it could be spared (none by default). */
+  inFlight?: () => number
   /** The event loop's busy share since the last call (perf_hooks' eventLoopUtilization by default). */
   utilization?: () => number
   /** Called after each collection with V8's committed heap before and after it (a counter, a debug line). */
@@ -51,6 +63,8 @@ export function returnMemoryWhenIdle (options: IdleMemoryOptions): IdleMemory {
   const { clock } = options
   const collect = options.collect ?? reducingCollection()
   const heapBytes = options.heapBytes ?? (() => getHeapStatistics().total_heap_size)
+  const usedBytes = options.usedBytes ?? (() => getHeapStatistics().used_heap_size)
+  const inFlight = options.inFlight ?? (() => 0)
   const utilization = options.utilization ?? loopUtilization()
   /** The committed heap after the last collection (none yet: any heap is worth one). */
   let collectedAt = 0
@@ -61,7 +75,7 @@ export function returnMemoryWhenIdle (options: IdleMemoryOptions): IdleMemory {
     // Read every check, so that each covers exactly the interval since the last.
     const busy = utilization()
     const before = heapBytes()
-    if (busy < IDLE_UTILIZATION && before - collectedAt >= REGROWN_BYTES) {
+    if (busy < IDLE_UTILIZATION && before - collectedAt >= REGROWN_BYTES && usedBytes() <= USED_MAX_BYTES && inFlight() === 0) {
       collect()
       collectedAt = heapBytes()
       options.collected?.({ before, after: collectedAt })

@@ -4,7 +4,7 @@
 // clock; the heap and the event loop's busy share are what each step says they are.
 import { getHeapSpaceStatistics } from 'node:v8'
 import t from 'tap'
-import { FIRST_CHECK_MS, IDLE_CHECK_MS, IDLE_UTILIZATION, loopUtilization, reducingCollection, REGROWN_BYTES, returnMemoryWhenIdle } from '../../src/overload/idle-memory.js'
+import { FIRST_CHECK_MS, IDLE_CHECK_MS, IDLE_UTILIZATION, loopUtilization, reducingCollection, REGROWN_BYTES, returnMemoryWhenIdle, USED_MAX_BYTES } from '../../src/overload/idle-memory.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { runMain, SKIP_UNDER_MUTATION } from '../helpers/process.js'
@@ -13,11 +13,13 @@ const MiB = 2 ** 20
 
 function idle (heapMiB = 30) {
   const time = fakeClock()
-  const state = { heap: heapMiB * MiB, busy: 0, collections: 0, utilizationReads: 0 }
+  const state = { heap: heapMiB * MiB, used: 12 * MiB, inFlight: 0, busy: 0, collections: 0, utilizationReads: 0 }
   const memory = returnMemoryWhenIdle({
     clock: time.clock,
     collect: () => { state.collections += 1; state.heap = 20 * MiB },
     heapBytes: () => state.heap,
+    usedBytes: () => state.used,
+    inFlight: () => state.inFlight,
     utilization: () => { state.utilizationReads += 1; return state.busy },
     collected: () => {}
   })
@@ -77,6 +79,22 @@ t.test('after a burst that grew the heap: one collection at the first quiet chec
   memory.stop()
 })
 
+t.test('a large heap in use, or a request in flight: no collection (the pause grows with the one, the other would wait)', async (t) => {
+  const { time, state, memory } = idle()
+  state.used = USED_MAX_BYTES + 1
+  memory.start()
+  await time.tick(FIRST_CHECK_MS + IDLE_CHECK_MS * 3)
+  t.equal(state.collections, 0, 'over USED_MAX_BYTES in use: none')
+  state.used = USED_MAX_BYTES
+  state.inFlight = 1
+  await time.tick(IDLE_CHECK_MS * 3)
+  t.equal(state.collections, 0, 'a request in flight: none')
+  state.inFlight = 0
+  await time.tick(IDLE_CHECK_MS)
+  t.equal(state.collections, 1, 'at USED_MAX_BYTES and nothing in flight: one')
+  memory.stop()
+})
+
 t.test('each check judges only its own interval', async (t) => {
   const { time, state, memory } = idle()
   memory.start()
@@ -124,7 +142,7 @@ t.test('the event loop\'s busy share: each call covers the interval since the la
 t.test('by default the committed heap decides: the first quiet check always collects', async (t) => {
   const time = fakeClock()
   let collections = 0
-  const memory = returnMemoryWhenIdle({ clock: time.clock, collect: () => { collections += 1 }, utilization: () => 0 })
+  const memory = returnMemoryWhenIdle({ clock: time.clock, collect: () => { collections += 1 }, utilization: () => 0, usedBytes: () => 0 })
   memory.start()
   await time.tick(FIRST_CHECK_MS)
   t.equal(collections, 1)
@@ -138,7 +156,7 @@ t.test('serve: one collection soon after the first token, counted on /metrics', 
   })
   const admin = (await running.waitFor(/"listener":"admin","msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/))[1] ?? ''
   await running.waitFor(/access token acquired/)
-  const line = await running.waitFor(/"heapBytes":\{"before":(\d+),"after":(\d+)\},"msg":"quiet: a memory-reducing collection/, 30_000)
+  const line = await running.waitFor(/"heapBytes":\{"before":(\d+),"after":(\d+)\},"msg":"quiet: a memory-reducing collection returned/, 30_000)
   t.ok(Number(line[2]) < Number(line[1]), `the heap shrank: ${line[1]} → ${line[2]} bytes`)
   const seen = /^store_auth_proxy_idle_collections_total (\d+)$/m.exec(await (await fetch(`${admin}/metrics`)).text())?.[1]
   t.equal(seen, '1', 'one collection after start-up')
