@@ -69,9 +69,9 @@ local function widen (lo, hi, f)
   return lo, hi
 end
 local function heldSizes (lo, hi)
-  local h = redis.call('HMGET', KEYS[8], 'lo', 'hi')
-  lo, hi = widen(lo, hi, tonumber(h[1]))
-  return widen(lo, hi, tonumber(h[2]))
+  -- HGET twice, not HMGET: a Redis user granted what earlier versions ran needs nothing new.
+  lo, hi = widen(lo, hi, tonumber(redis.call('HGET', KEYS[8], 'lo')))
+  return widen(lo, hi, tonumber(redis.call('HGET', KEYS[8], 'hi')))
 end
 local function holdSize (f)
   local lo, hi = heldSizes(nil, 0)
@@ -170,7 +170,9 @@ local function presence (member, ttl, floor, timeout, newRun)
   -- entry stood for (entries are counted, not named; it may hold a released one's share): the
   -- entry stays lapsed under a name of its own (id#time), until released as any other. A
   -- released entry is never taken back: each has a name of its own (id@time).
-  local lapsedAt = redis.call('ZSCORE', lapsed, member)
+  -- Its score, read as ZADD XX INCR 0 (unchanged; nil when absent): not ZSCORE, which a Redis
+  -- user granted what earlier versions ran may not have.
+  local lapsedAt = redis.call('ZADD', lapsed, 'XX', 'INCR', 0, member)
   if lapsedAt then
     redis.call('ZREM', lapsed, member)
     if newRun == 1 then
