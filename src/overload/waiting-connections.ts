@@ -7,7 +7,7 @@
 // a body still arriving after an early answer is none, a head pipelined behind a request is one.
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
-import { followHeads, stopReading } from '../upstream/socket-internals.js'
+import { followHeads, pendingResponse, stopReading } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
@@ -39,6 +39,10 @@ export function followWaiting (server: Server, answerHead: (socket: Socket) => v
     let shed = 0
     for (const socket of unfinished) {
       if (shed >= count || unfinished.size <= keep) break
+      // A head pipelined behind an exchange under way: its request went upstream (an order,
+      // say), and a 503 here would be read as that request's answer. Left until it is answered;
+      // admission bounds how many there are, MAX_HEADER_BYTES what each holds.
+      if (pendingResponse(socket) !== null) continue
       unfinished.delete(socket)
       // Node's parser reads the socket from C++ ('data' is never emitted): stopped, no head
       // finished after this answer can reach a route.
