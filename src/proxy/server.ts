@@ -66,6 +66,13 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
       // The head was parsed and an exchange is under way (the body was not valid HTTP, such as
       // an obfuscated Transfer-Encoding): it answers, and counts itself, if nothing went out yet.
       const res = pendingResponse(socket)
+      if (res?.req.complete === true) {
+        // Its request was read whole: the error is the next pipelined one's. The exchange under
+        // way (an order TI may have) keeps its own answer; the connection closes after it.
+        if (res.writableFinished) socket.destroySoon()
+        else res.once('finish', () => { socket.destroySoon() })
+        return
+      }
       if (res != null) {
         if (res.headersSent) {
           socket.destroy()
