@@ -6,7 +6,10 @@ export const KNOWN_OPEN = new Set<string>([
   // A documented limit, not a defect to fix: an allkeys-* maxmemory-policy may evict the tally
   // itself. It is reported at every connection (log, /readyz note, /status, a metric); the
   // model keeps checking that nothing else goes over (docs/quota-guard.md).
-  'case-2-allkeys'
+  'case-2-allkeys',
+  // Outside the third assumption, documented: Redis lost its data while a sidecar that spent in
+  // the window was cut off from it for over 3 s (the rollout-gap limit (c3) is one such).
+  'assumption-3'
   // case-1 (a cold fleet's misses meet the spent budget) and case-6 (stale refreshes across the
   // fleet) hold since the fleet's fetch claims (src/cache/fleet-fetch.ts, 2026-12-01);
   // case-4 (the cache asked before the token) and case-5 (a failed fetch answers all its
@@ -23,6 +26,7 @@ export const CASES: Record<string, string> = {
   'case-1': 'a caller of a key under fetch got a budget refusal',
   'case-2': 'over the budget at TI with Redis evicting (volatile-*) under maxmemory',
   'case-2-allkeys': 'over the budget at TI with Redis evicting any key (allkeys-*) under maxmemory',
+  'assumption-3': 'over the budget at TI after Redis lost its data with a sidecar cut off from it for over 3 s',
   'case-3': 'over the budget at TI after a sidecar restart',
   'case-3-replace': 'over the budget at TI after a sidecar cut off was replaced by a new pod',
   'case-3-rollout': 'over the budget at TI while sidecars declaring different fleet sizes ran side by side',
