@@ -3,13 +3,13 @@
 // a 503 written there would be read as that request's answer (an order TI got, retried by a
 // caller without an idempotency key: placed twice), or land inside a body being streamed.
 // Found by an outside review; each test failed before.
-import { createServer, type Server } from 'node:http'
-import { connect, type AddressInfo, type Socket } from 'node:net'
+import { createServer } from 'node:http'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { endOverloaded } from '../../src/overload/connection-gate.js'
 import { createOverloadManager, headsBound } from '../../src/overload/manager.js'
 import { followWaiting } from '../../src/overload/waiting-connections.js'
+import { recordingPeer as peer } from '../helpers/raw-http.js'
 import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
@@ -17,21 +17,6 @@ import { captureLogs } from '../helpers/logs.js'
 const MiB = 1024 * 1024
 const LIMIT = 100 * MiB
 const COST = 10 * MiB
-
-interface Peer { socket: Socket, got: () => string, closed: () => boolean, error: () => string | undefined }
-async function peer (t: Test, server: Server, send: string): Promise<Peer> {
-  const socket = connect((server.address() as AddressInfo).port, '127.0.0.1')
-  t.teardown(() => { socket.destroy() })
-  let error: string | undefined
-  socket.on('error', (err: NodeJS.ErrnoException) => { error = err.code })
-  let got = ''
-  let closed = false
-  socket.on('data', (chunk: Buffer) => { got += chunk.toString('latin1') })
-  socket.on('close', () => { closed = true })
-  await new Promise((resolve) => socket.once('connect', resolve))
-  if (send !== '') socket.write(send)
-  return { socket, got: () => got, closed: () => closed, error: () => error }
-}
 
 async function setUp (t: Test) {
   const { clock } = fakeClock()

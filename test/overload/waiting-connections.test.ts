@@ -5,7 +5,7 @@
 // alone; a head pipelined behind a request is one; a head finished after its answer never
 // reaches a route; the youngest KEPT_HEADS are kept, so a lone slow caller at rest begins
 // nothing. Real sockets on port 0, private memory injected, a fake clock for the samples.
-import { createServer, type Server } from 'node:http'
+import { createServer } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
@@ -14,6 +14,7 @@ import { CONNECTION_WATER, createOverloadManager, headsBound, KEPT_HEADS, PRIVAT
 import { followWaiting } from '../../src/overload/waiting-connections.js'
 import { stopReading } from '../../src/upstream/socket-internals.js'
 import { startSidecar } from '../helpers/build.js'
+import { recordingPeer as peer, type RecordingPeer } from '../helpers/raw-http.js'
 import { eventually } from '../helpers/eventually.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
@@ -25,22 +26,6 @@ const LIMIT = 100 * MiB
 /** What each connection is counted for: the excess below makes one per sample. */
 const COST = 10 * MiB
 const over = (bytes: number): number => CONNECTION_WATER * LIMIT + bytes
-
-/** A peer that records what it got back and whether it was closed. */
-interface Peer { socket: Socket, got: () => string, closed: () => boolean }
-
-async function peer (t: Test, server: Server | number, send: string): Promise<Peer> {
-  const socket = connect(typeof server === 'number' ? server : (server.address() as AddressInfo).port, '127.0.0.1')
-  t.teardown(() => { socket.destroy() })
-  socket.on('error', () => {})
-  let got = ''
-  let closed = false
-  socket.on('data', (chunk: Buffer) => { got += chunk.toString('latin1') })
-  socket.on('close', () => { closed = true })
-  await new Promise((resolve) => socket.once('connect', resolve))
-  if (send !== '') socket.write(send)
-  return { socket, got: () => got, closed: () => closed }
-}
 
 async function setUp (t: Test, keptHeads = 0, cost = COST) {
   const { clock, tick } = fakeClock()
@@ -160,7 +145,7 @@ t.test('the sidecar: the proxy listener behind its connection gate closes the ol
   const upstream = await startUpstream(t)
   const { proxyUrl, adminUrl, logs } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: String(LIMIT), MAX_CONNECTIONS: '100' }, { memory: { readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private } })
   const { port } = new URL(proxyUrl)
-  const heads: Peer[] = []
+  const heads: RecordingPeer[] = []
   // One at a time, each seen before the next: their heads begin in this order.
   for (let i = 0; i < KEPT_HEADS + 2; i++) {
     heads.push(await peer(t, Number(port), `GET /v2/store/slow-${i} HTTP/1.1\r\nHost: x\r\nX-Pad: aaaa`))
@@ -252,7 +237,7 @@ t.test('unfinished heads bounded in number by the limit: one beyond the bound cl
   const { server, waiting, logs, routed, shedCount } = await setUp(t)
   const max = headsBound(LIMIT, COST)
   t.equal(max, KEPT_HEADS, 'at 10 MiB a head, the bound is its floor')
-  const heads: Peer[] = []
+  const heads: RecordingPeer[] = []
   for (let i = 0; i < max; i++) heads.push(await peer(t, server, `GET /h${i} HTTP/1.1\r\nHost: x\r\n`))
   await eventually(t, 'all heads seen', () => waiting.heads() === max)
   const whole = await peer(t, server, 'GET /whole HTTP/1.1\r\nHost: x\r\n\r\n')
