@@ -8,7 +8,7 @@ import type { Clock } from '../clock.js'
 import type { Metrics } from '../metrics.js'
 import { readPrivateBytes, readSystemFile, readUsageBytes, type MemoryLimit, type MemoryLimitSource } from './memory-limit.js'
 import {
-  ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, DISCARD_COLLECT_BYTES, HIGH_WATER, LOW_WATER, PRIVATE_CLEAR, PRIVATE_FLOOR_IN_FLIGHT,
+  ADMISSION_SAMPLE_MS, COLLECT_GAP_MS, COLLECT_SHARE, DISCARD_COLLECT_BYTES, HIGH_WATER, LOW_WATER, PRIVATE_CLEAR, PRIVATE_FLOOR_IN_FLIGHT,
   PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, USAGE_WATER
 } from './waters.js'
 
@@ -126,7 +126,9 @@ export class MemoryWatch {
   #privateShedAt = -Infinity
   #sampledAt = -Infinity
   #discardedBytes = 0
+  /** When the last forced collection ended, and the gap before the next (COLLECT_GAP_MS, longer after a long one). */
   #collectedAt = -Infinity
+  #collectGapMs = COLLECT_GAP_MS
   #shedding = false
   #closingHeads = false
   #stopTimer: (() => void) | undefined
@@ -190,7 +192,7 @@ export class MemoryWatch {
     return this.#privateBytes + this.#inFlightCost() - water * this.#limit.bytes
   }
 
-  /** The next timed sample forces a full collection (unless one ran within COLLECT_GAP_MS). */
+  /** The next timed sample forces a full collection (unless one ran within COLLECT_GAP_MS, or longer: COLLECT_SHARE). */
   askCollection (): void { this.#privateShedSinceCollect = true }
 
   /** Unfinished heads are closed on private memory (manager.ts), or no longer: the shedding gauge says so too. */
@@ -298,10 +300,12 @@ export class MemoryWatch {
     // memory is released just after the collection) tells live memory from garbage. On private
     // memory, only while requests are shed on it: at rest, memory that stays high costs no
     // collection a second.
-    if ((this.#sample() || this.#privateShedSinceCollect) && this.#clock.now() - this.#collectedAt >= COLLECT_GAP_MS) {
-      this.#collectedAt = this.#clock.now()
+    if ((this.#sample() || this.#privateShedSinceCollect) && this.#clock.now() - this.#collectedAt >= this.#collectGapMs) {
       this.#privateShedSinceCollect = false
+      const started = this.#clock.now()
       this.#collect()
+      this.#collectedAt = this.#clock.now()
+      this.#collectGapMs = Math.max(COLLECT_GAP_MS, (this.#collectedAt - started) * (1 / COLLECT_SHARE - 1))
     }
     this.#afterSample?.()
     this.#stopTimer = this.#clock.setTimer(() => { this.#tick() }, SAMPLE_MS)

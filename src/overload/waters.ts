@@ -52,6 +52,13 @@ export const PRIVATE_HOLD_MS = 5_000
 export const DISCARD_COLLECT_BYTES = 8 * 1024 * 1024
 /** At most one forced full collection this often, and only while the samples say shed. */
 export const COLLECT_GAP_MS = 1_000
+/**
+ * ...and forced collections take at most this share of the time: after one that took d ms (wall
+ * time, a starved process's waits included), the next waits 9 d at least. A collection stops
+ * the event loop, /livez included (21–126 ms each at load 6–9 in 128 MiB, 2026-12-02); paced in
+ * wall time alone, the slower a starved sidecar collects, the more of its time goes to it.
+ */
+export const COLLECT_SHARE = 0.1
 
 /**
  * Hysteresis: shed from HIGH_WATER of the limit up, or from USAGE_WATER of the cgroup's usage up
