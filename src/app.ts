@@ -12,7 +12,7 @@ import { createUpstream } from './upstream/forward.js'
 import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createOverloadManager, type OverloadManager } from './overload/manager.js'
-import { headCost, headsBound, headsFit } from './overload/waters.js'
+import { headCost, headsBoundNote, headsFit } from './overload/waters.js'
 import { createProxyServer } from './proxy/server.js'
 import { createQuota, type QuotaDependencies } from './quota/create.js'
 import type { QuotaGuard } from './quota/guard.js'
@@ -98,7 +98,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
   })
 
   const { quota, cache } = await createQuota(config, deps, metrics)
-  const overload = createOverload(config.overload, config.listener.maxHeaderBytes, deps, metrics)
+  const overload = createOverload(config.overload, config.listener, deps, metrics)
   const idempotency = await createIdempotency(config, {
     log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
   })
@@ -198,14 +198,14 @@ function createTokens (token: TokenConfig, egress: EgressProxy, deps: AppDepende
 }
 
 /** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
-function createOverload (overload: OverloadConfig, maxHeaderBytes: number, deps: AppDependencies, metrics: Metrics): OverloadManager {
+function createOverload (overload: OverloadConfig, { maxHeaderBytes, maxHeaderCount }: { maxHeaderBytes: number, maxHeaderCount: number }, deps: AppDependencies, metrics: Metrics): OverloadManager {
   const { log, clock = systemClock } = deps
   const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
   const limit = memoryLimit(overload.memoryLimitBytes, readSystemFile)
-  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBound(limit.bytes, headCost(maxHeaderBytes)) },
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBoundNote(limit.bytes, headCost(maxHeaderBytes, maxHeaderCount)) },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
-  if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes)) {
-    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: overload.maxConnections, maxHeaderBytes },
+  if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes, maxHeaderCount)) {
+    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: overload.maxConnections, maxHeaderBytes, maxHeaderCount },
       'MAX_CONNECTIONS unfinished request heads of MAX_HEADER_BYTES may not fit in the memory limit: lower MAX_CONNECTIONS or MAX_HEADER_BYTES, or raise the limit')
   }
   return createOverloadManager({

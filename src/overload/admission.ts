@@ -7,12 +7,9 @@ import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } fr
 import type { Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 import { OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './manager.js'
+import { HEADER_STRING_OVERHEAD_BYTES } from './waters.js'
 
-/**
- * What one header string is taken to cost beside its bytes: a V8 string's header and its slot
- * in an array (some 24 bytes measured with bench/listener-costs.ts), rounded up.
- */
-export const HEADER_STRING_OVERHEAD_BYTES = 32
+export { HEADER_STRING_OVERHEAD_BYTES }
 /**
  * A request's header fields are held three times while it is in flight: the raw list, the
  * headers object and the list sent upstream (forward.ts).

@@ -5,7 +5,7 @@
 // /readyz's reason, /status).
 import type { Metrics } from '../metrics.js'
 import { MemoryWatch, type Load, type MemoryStatus, type MemoryWatchOptions } from './memory-watch.js'
-import type { WaitingConnections } from './waiting-connections.js'
+import type { HeadsStatus, WaitingConnections } from './waiting-connections.js'
 import { BODY_COST, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, headsBound, KEPT_HEADS, PRIVATE_CLEAR, PRIVATE_HOLD_MS, REQUEST_COST } from './waters.js'
 
 export {
@@ -49,6 +49,8 @@ export interface OverloadStatus extends MemoryStatus {
   connections: number
   /** 0: no bound. */
   maxConnections: number
+  /** The proxy listener's unfinished heads, once closeWaitingOnMemory follows them. */
+  heads?: HeadsStatus
 }
 
 export interface OverloadOptions extends MemoryWatchOptions {
@@ -122,6 +124,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
   const atConnectionBound = (): boolean => maxConnections > 0 && connections >= maxConnections
   /** Unfinished heads closed in the episode under way on private memory, and when the last was; undefined when none is under way. */
   let closing: { heads: number, at: number } | undefined
+  let followed: WaitingConnections | undefined
 
   return {
     admit (bodyBytes = 0, headerBytes = 0) {
@@ -154,6 +157,7 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
     },
     disconnect () { connections -= 1 },
     closeWaitingOnMemory (waiting, connectionCost, keptHeads = KEPT_HEADS) {
+      followed = waiting
       boundWaitingHeads(waiting, connectionCost, options)
       const clear = PRIVATE_CLEAR * options.limit.bytes
       const counter = metrics.overloadShed.labels('memory_connections')
@@ -193,7 +197,8 @@ export function createOverloadManager (options: OverloadOptions): OverloadManage
       inFlightBodyBytes: load.reserved,
       maxInFlight,
       connections,
-      maxConnections
+      maxConnections,
+      ...(followed === undefined ? {} : { heads: followed.status() })
     }),
     readinessNote () {
       const notes = memory.readinessNotes()

@@ -5,6 +5,9 @@
 // the memory limit) and closed, oldest first, when private memory nears the limit (manager.ts).
 // A head is told at the parser's own boundary, from a message's first byte to its whole head:
 // a body still arriving after an early answer is none, a head pipelined behind a request is one.
+// Where Node's parser is not the one this was written for (socket-internals.ts headSlotsMismatch),
+// heads are not followed: neither bounded nor closed, said once (`unfollowed`) and on /status;
+// MAX_CONNECTIONS, admission and the memory waters still hold.
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
 import { followHeads, pendingResponse, stopReading } from '../upstream/socket-internals.js'
@@ -23,18 +26,34 @@ export interface WaitingConnections {
    * shedHeads does; `closed` told how many, in the turn after). 0: no bound.
    */
   boundHeads: (max: number, closed: (heads: number) => void) => void
+  /** For /status: the bound, the heads now, how many were closed (by the bound or on memory). */
+  status: () => HeadsStatus
 }
 
-/**
- * Follows `server`'s connections. Call before gateConnections: the gate hands on only the
- * connections it admits. `answerHead` writes the answer and ends the socket (it is destroyed
- * once that is flushed).
- */
-export function followWaiting (server: Server, answerHead: (socket: Socket) => void): WaitingConnections {
+export interface HeadsStatus {
+  /** null: unbounded (`unboundedBecause` says why). */
+  maxUnfinishedHeads: number | null
+  unboundedBecause: string | null
+  unfinishedHeads: number
+  closedHeadsTotal: number
+}
+
+export interface WaitingOptions {
+  /** Writes the answer and ends the socket (it is destroyed once that is flushed). */
+  answerHead: (socket: Socket) => void
+  /** Told once, at the first connection whose heads cannot be followed, why. */
+  unfollowed?: (why: string) => void
+}
+
+/** Follows `server`'s connections. Call before gateConnections: the gate hands on only the connections it admits. */
+export function followWaiting (server: Server, { answerHead, unfollowed }: WaitingOptions): WaitingConnections {
   /** The sockets holding an unfinished head; a Set iterates in insertion order: the oldest head first. */
   const unfinished = new Set<Socket>()
   let bound = { max: 0, closed: (_heads: number): void => {} }
   let overBound = false
+  let closedTotal = 0
+  /** Why heads are not followed, once a connection showed it. */
+  let unfollowedBecause: string | undefined
   const shedHeads = (count: number, keep = 0): number => {
     let shed = 0
     for (const socket of unfinished) {
@@ -51,6 +70,7 @@ export function followWaiting (server: Server, answerHead: (socket: Socket) => v
       socket.destroySoon()
       shed += 1
     }
+    closedTotal += shed
     return shed
   }
   // Closed in the next turn, not inside the parser's callback; a burst of heads is closed at once.
@@ -60,7 +80,7 @@ export function followWaiting (server: Server, answerHead: (socket: Socket) => v
     if (shed > 0) bound.closed(shed)
   }
   server.on('connection', (socket: Socket) => {
-    const followed = followHeads(socket, {
+    const mismatch = followHeads(socket, {
       begun: () => {
         unfinished.add(socket)
         if (bound.max > 0 && unfinished.size > bound.max && !overBound) {
@@ -70,11 +90,20 @@ export function followWaiting (server: Server, answerHead: (socket: Socket) => v
       },
       whole: () => { unfinished.delete(socket) }
     })
-    if (followed) socket.once('close', () => { unfinished.delete(socket) })
+    if (mismatch === undefined) {
+      socket.once('close', () => { unfinished.delete(socket) })
+    } else if (unfollowedBecause === undefined) {
+      unfollowedBecause = mismatch
+      unfollowed?.(mismatch)
+    }
   })
   return {
     shedHeads,
     heads: () => unfinished.size,
-    boundHeads (max, closed) { bound = { max, closed } }
+    boundHeads (max, closed) { bound = { max, closed } },
+    status: () => {
+      const why = unfollowedBecause === undefined ? (bound.max > 0 ? null : 'no memory limit known') : `not followed: ${unfollowedBecause}`
+      return { maxUnfinishedHeads: why === null ? bound.max : null, unboundedBecause: why, unfinishedHeads: unfinished.size, closedHeadsTotal: closedTotal }
+    }
   }
 }

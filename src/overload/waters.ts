@@ -34,12 +34,14 @@ export const PRIVATE_WATER = 0.8
  */
 export const CONNECTION_WATER = 0.6
 /**
- * Unfinished heads never closed on private memory, the youngest: so many cost ~2.4 MiB at
- * most (headCost of 16 KiB heads), and a slow caller among them is a caller. Private memory
- * can stay over CONNECTION_WATER at rest after a flood (malloc keeps it): a lone slow head
- * then begins no closing, no log line, no collection.
+ * Unfinished heads never closed on private memory, the youngest: at most this many, and at
+ * most KEPT_HEADS_BYTES of them (keptHeads), and a slow caller among them is a caller. Private
+ * memory can stay over CONNECTION_WATER at rest after a flood (malloc keeps it): a lone slow
+ * head then begins no closing, no log line, no collection.
  */
 export const KEPT_HEADS = 64
+/** What the kept heads may hold together, by headCost: 64 heads of the default 16 KiB and 100 fields. */
+export const KEPT_HEADS_BYTES = 3 * 1024 * 1024
 /** Requests admitted whatever private memory says while fewer are in flight (malloc may keep it high at rest): never shed everything. */
 export const PRIVATE_FLOOR_IN_FLIGHT = 8
 /** What an admitted request is expected to cost beside its body, until its answer closes, in the sum PRIVATE_WATER bounds. */
@@ -74,11 +76,25 @@ export function shouldShed (shedding: boolean, live: number, limitBytes: number,
 }
 
 /**
+ * What one header string is taken to cost beside its bytes: a V8 string's header and its slot
+ * in an array (some 24 bytes measured with bench/listener-costs.ts), rounded up.
+ */
+export const HEADER_STRING_OVERHEAD_BYTES = 32
+/** The shortest header line llhttp takes (`a:` and CRLF): no head of MAX_HEADER_BYTES holds more fields than its bytes allow. */
+const SHORTEST_FIELD_BYTES = 4
+
+/**
  * What one unfinished request head holds, by the largest head accepted: the bytes Node keeps
  * and the strings made of them, about twice the head plus the socket's own (31 KiB measured for
- * 15.8 KB heads, docs/overload.md). MAX_CONNECTIONS of them should fit beside an idle sidecar.
+ * 15.8 KB heads of a few fields, docs/overload.md), and a name and a value string for each field
+ * it may hold: Node's parser fails a head past `server.maxHeadersCount`, MAX_HEADER_COUNT + 1
+ * (admission.ts limitHeaderCount). MAX_CONNECTIONS of them should fit beside an idle sidecar.
  */
-export const headCost = (maxHeaderBytes: number): number => 2 * maxHeaderBytes + 4 * 1024
+export function headCost (maxHeaderBytes: number, maxHeaderCount: number): number {
+  const fields = Math.min(maxHeaderCount + 1, Math.floor(maxHeaderBytes / SHORTEST_FIELD_BYTES))
+  return 2 * maxHeaderBytes + 4 * 1024 + fields * 2 * HEADER_STRING_OVERHEAD_BYTES
+}
+
 /** Private memory of an idle sidecar holding its token (bench/RESULTS.md: 35–37 MiB). */
 export const IDLE_PRIVATE_BYTES = 40 * 1024 * 1024
 /**
@@ -88,10 +104,25 @@ export const IDLE_PRIVATE_BYTES = 40 * 1024 * 1024
  */
 export const HEADS_WATER = 0.5
 
-/** How many unfinished heads may be open at once (at least KEPT_HEADS); 0, no bound, without a limit. */
+/** How many of the youngest unfinished heads at `cost` each private memory never closes: KEPT_HEADS, fewer for large heads, one at least. */
+export function keptHeads (cost: number): number {
+  return Math.max(1, Math.min(KEPT_HEADS, Math.floor(KEPT_HEADS_BYTES / cost)))
+}
+
+/**
+ * How many unfinished heads may be open at once: what fits under HEADS_WATER beside an idle
+ * sidecar, at least keptHeads (a limit too small for more still serves some slow callers);
+ * 0, no bound, without a limit. By `cost`, so any MAX_HEADER_BYTES and MAX_HEADER_COUNT fits.
+ */
 export function headsBound (limitBytes: number, cost: number): number {
   if (limitBytes <= 0) return 0
-  return Math.max(KEPT_HEADS, Math.floor((HEADS_WATER * limitBytes - IDLE_PRIVATE_BYTES) / cost))
+  return Math.max(keptHeads(cost), Math.floor((HEADS_WATER * limitBytes - IDLE_PRIVATE_BYTES) / cost))
+}
+
+/** The bound on unfinished heads as the start log and /status say it: a number, or why there is none. */
+export function headsBoundNote (limitBytes: number, cost: number): number | string {
+  const bound = headsBound(limitBytes, cost)
+  return bound > 0 ? bound : 'unbounded: no memory limit known'
 }
 
 /**
@@ -99,6 +130,6 @@ export function headsBound (limitBytes: number, cost: number): number {
  * beside an idle sidecar: heads are no request, so admission never sees them (a warning at
  * start names the settings when they do not).
  */
-export function headsFit (limitBytes: number, maxConnections: number, maxHeaderBytes: number): boolean {
-  return limitBytes <= 0 || maxConnections <= 0 || IDLE_PRIVATE_BYTES + maxConnections * headCost(maxHeaderBytes) <= limitBytes
+export function headsFit (limitBytes: number, maxConnections: number, maxHeaderBytes: number, maxHeaderCount: number): boolean {
+  return limitBytes <= 0 || maxConnections <= 0 || IDLE_PRIVATE_BYTES + maxConnections * headCost(maxHeaderBytes, maxHeaderCount) <= limitBytes
 }

@@ -15,7 +15,7 @@ import { admitRequests, continueOnlyWhenAdmitted, headOverflowError, limitHeader
 import { endOverloaded, gateConnections } from '../overload/connection-gate.js'
 import type { OverloadManager } from '../overload/manager.js'
 import { followWaiting } from '../overload/waiting-connections.js'
-import { headCost } from '../overload/waters.js'
+import { headCost, keptHeads } from '../overload/waters.js'
 import { enforcePolicy } from '../policy/policy.js'
 import { testOrderUpstream } from '../policy/test-orders.js'
 import type { QuotaGuard } from '../quota/guard.js'
@@ -114,8 +114,12 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
   // Unfinished heads grow where admission cannot see them: closed, oldest first, as private
   // memory nears the limit. Followed before the gate, which hands on only what it admits.
-  const waiting = followWaiting(proxyServer.server, (socket) => { endOverloaded(socket, metrics) })
-  overload.closeWaitingOnMemory(waiting, headCost(config.listener.maxHeaderBytes))
+  const waiting = followWaiting(proxyServer.server, {
+    answerHead: (socket) => { endOverloaded(socket, metrics) },
+    unfollowed: (why) => { proxyLog.warn({ why }, 'unfinished request heads not followed (Node\'s HTTP parser is not the one expected): not bounded in number nor closed on memory, MAX_CONNECTIONS and admission still hold') }
+  })
+  const cost = headCost(config.listener.maxHeaderBytes, config.listener.maxHeaderCount)
+  overload.closeWaitingOnMemory(waiting, cost, keptHeads(cost))
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)

@@ -16,7 +16,9 @@
 // - Node's http server gives each connection a parser (`socket.parser`) that calls the
 //   function in its slot 0 (HTTPParser.kOnMessageBegin, unset by Node's server) at a
 //   message's first byte, and the one in its slot 2 (kOnHeadersComplete, the same function
-//   for every parser of the pool) once that message's head is whole (followHeads).
+//   for every parser of the pool) once that message's head is whole (followHeads). Checked
+//   on each parser before use (headSlotsMismatch): the slot numbers on HTTPParser, slot 2's
+//   function name, slot 0 empty; otherwise heads are not followed (waiting-connections.ts).
 //
 // Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
@@ -26,7 +28,9 @@
 //   held back or not);
 // - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed);
 // - test/overload/waiting-connections.test.ts (a request sent after stopReading; heads
-//   begun behind a request, behind a body, pipelined, told apart from bodies).
+//   begun behind a request, behind a body, pipelined, told apart from bodies);
+// - test/upstream/head-slots.test.ts (this Node's parser passes headSlotsMismatch; one that
+//   does not is left untouched).
 import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 
@@ -124,9 +128,11 @@ export function stopReading (socket: Socket): void {
 /** Node's HTTPParser.kOnMessageBegin and kOnHeadersComplete: the parser's slots for what it calls at a message's first byte, and once its head is whole. */
 const ON_MESSAGE_BEGIN = 0
 const ON_HEADERS_COMPLETE = 2
+/** The function Node's server puts in slot 2 (lib/_http_common.js), and none in slot 0. */
+const HEADERS_COMPLETE_NAME = 'parserOnHeadersComplete'
 const wrapped = Symbol('head followed')
 
-interface Parser { socket?: unknown, [ON_MESSAGE_BEGIN]?: unknown, [ON_HEADERS_COMPLETE]?: unknown, [wrapped]?: true }
+interface Parser { socket?: unknown, constructor?: unknown, [ON_MESSAGE_BEGIN]?: unknown, [ON_HEADERS_COMPLETE]?: unknown, [wrapped]?: true }
 const parserOf = (socket: Socket): Parser | null | undefined => (socket as unknown as { parser?: Parser | null }).parser
 
 /** What follows each socket's heads. Node pools parsers (the client's too): the functions look their socket up here. */
@@ -137,24 +143,48 @@ const watchOf = (parser: Parser): HeadWatch | undefined =>
 function messageBegun (this: Parser): void { watchOf(this)?.begun() }
 
 /**
+ * Why `parser` is not the one followHeads was written for, or undefined when it is: its class
+ * numbers the two slots as Node 24's HTTPParser does, slot 2 holds Node's own
+ * parserOnHeadersComplete (or followHeads' wrapper of it), and slot 0 nothing of Node's.
+ */
+export function headSlotsMismatch (parser: Parser | null | undefined): string | undefined {
+  if (parser === null || parser === undefined) return 'the socket has no HTTP parser'
+  const slots = parser.constructor as { kOnMessageBegin?: unknown, kOnHeadersComplete?: unknown } | undefined
+  if (slots?.kOnMessageBegin !== ON_MESSAGE_BEGIN || slots.kOnHeadersComplete !== ON_HEADERS_COMPLETE) {
+    return `HTTPParser.kOnMessageBegin ${String(slots?.kOnMessageBegin)} and kOnHeadersComplete ${String(slots?.kOnHeadersComplete)}, not ${ON_MESSAGE_BEGIN} and ${ON_HEADERS_COMPLETE}`
+  }
+  const headersComplete = parser[ON_HEADERS_COMPLETE]
+  if (parser[wrapped] !== true && (typeof headersComplete !== 'function' || headersComplete.name !== HEADERS_COMPLETE_NAME)) {
+    return `the parser's slot ${ON_HEADERS_COMPLETE} holds ${typeof headersComplete === 'function' ? `function ${headersComplete.name}` : typeof headersComplete}, not ${HEADERS_COMPLETE_NAME}`
+  }
+  const messageBegin = parser[ON_MESSAGE_BEGIN]
+  if (messageBegin !== null && messageBegin !== undefined && messageBegin !== messageBegun) {
+    return `the parser's slot ${ON_MESSAGE_BEGIN} already holds ${typeof messageBegin === 'function' ? `function ${messageBegin.name}` : typeof messageBegin}`
+  }
+  return undefined
+}
+
+/**
  * Calls `watch.begun` as a request head begins on `socket` (an http.Server's, after Node's
  * own 'connection' listener), at a message's first byte however it arrived (alone, after a
  * body, pipelined behind another request), and `watch.whole` once that head is complete.
- * False, and nothing is called, when the socket has no parser.
+ * When the parser is not what this relies on (headSlotsMismatch), nothing of it is touched and
+ * nothing is called: returns why. Undefined once following.
  */
-export function followHeads (socket: Socket, watch: HeadWatch): boolean {
+export function followHeads (socket: Socket, watch: HeadWatch): string | undefined {
   const parser = parserOf(socket)
-  const headersComplete = parser?.[ON_HEADERS_COMPLETE]
-  if (parser === null || parser === undefined || typeof headersComplete !== 'function') return false
+  const mismatch = headSlotsMismatch(parser)
+  if (mismatch !== undefined || parser === null || parser === undefined) return mismatch
+  const headersComplete = parser[ON_HEADERS_COMPLETE] as (...a: unknown[]) => unknown
   parser[ON_MESSAGE_BEGIN] = messageBegun
   if (parser[wrapped] !== true) {
     // Once per parser: it keeps this function as it goes back to the pool and out again.
     parser[wrapped] = true
     parser[ON_HEADERS_COMPLETE] = function (this: Parser, ...args: unknown[]): unknown {
       watchOf(this)?.whole()
-      return (headersComplete as (...a: unknown[]) => unknown).apply(this, args)
+      return headersComplete.apply(this, args)
     }
   }
   watches.set(socket, watch)
-  return true
+  return undefined
 }

@@ -31,7 +31,7 @@ async function setUp (t: Test) {
     if (req.url === '/hold') held.push(() => res.end('{"order":"accepted"}'))
     else res.end('ok')
   })
-  const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
+  const waiting = followWaiting(server, { answerHead: (socket) => { endOverloaded(socket, metrics) } })
   overload.closeWaitingOnMemory(waiting, COST)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { for (const end of held) end(); server.closeAllConnections(); server.close() })
@@ -70,7 +70,7 @@ t.test('an answer being streamed, a pipelined head unfinished, a flood past the 
       streaming = () => res.end('abcdefghij')
     } else res.end('ok')
   })
-  const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
+  const waiting = followWaiting(server, { answerHead: (socket) => { endOverloaded(socket, metrics) } })
   overload.closeWaitingOnMemory(waiting, COST)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { server.closeAllConnections(); server.close() })
@@ -93,7 +93,7 @@ t.test('the memory backstop: the same POST in flight, its pipelined head the old
   const overload = createOverloadManager({ limit: { bytes: LIMIT, source: 'MEMORY_LIMIT_BYTES' }, maxInFlight: 0, clock, log: logs.log, metrics, readLiveBytes: () => 10 * MiB, readPrivateBytes: () => rss.private, collect: () => {} })
   const held: Array<() => void> = []
   const server = createServer((req, res) => { req.resume(); if (req.url === '/hold') held.push(() => res.end('{"order":"accepted"}')); else res.end('ok') })
-  const waiting = followWaiting(server, (socket) => { endOverloaded(socket, metrics) })
+  const waiting = followWaiting(server, { answerHead: (socket) => { endOverloaded(socket, metrics) } })
   overload.closeWaitingOnMemory(waiting, 16 * 1024) // KEPT_HEADS 64 kept; the bound 640, out of the way
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   overload.start()

@@ -87,8 +87,8 @@ t.test('the memory limit is logged once at start', async (t) => {
   const { logs } = await overloadedSidecar(t)
   const lines = logs.entries().filter((e) => typeof e.msg === 'string' && e.msg.startsWith('memory limit known'))
   t.equal(lines.length, 1)
-  // Heads of 16 KiB (headCost 36 KiB) under half of 128 MiB beside an idle sidecar's 40 MiB.
-  t.match(lines[0], { memoryLimitBytes: LIMIT, source: 'MEMORY_LIMIT_BYTES', maxInFlightRequests: 500, maxUnfinishedHeads: 682 })
+  // Heads of 16 KiB and 100 fields (headCost 42.3 KiB) under half of 128 MiB beside an idle sidecar's 40 MiB.
+  t.match(lines[0], { memoryLimitBytes: LIMIT, source: 'MEMORY_LIMIT_BYTES', maxInFlightRequests: 500, maxUnfinishedHeads: 580 })
 })
 
 t.test('the in-flight cap: with the cap held at the upstream the next caller gets 503; one answered, the next passes', async (t) => {
