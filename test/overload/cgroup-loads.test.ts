@@ -2,7 +2,8 @@
 // GLIBC_TUNABLES, the default configuration), inside a memory cgroup of its own of 128 MiB,
 // lives through the four loads (bench/lib/four-loads.ts, which `npm run bench:overload`
 // drives too): alive after all four, every caller of (b) and (c) given a status line, (a)
-// entirely 2xx with no socket error, a plain call answered 200 afterwards.
+// entirely 2xx with no socket error, a plain call answered 200 afterwards, and /livez, polled
+// throughout as the floods poll it, never failing for a liveness period.
 //
 // Shorter than the bench: (a) runs 4 s instead of 8 (9–15 k keep-alive requests on busy
 // cores, 43 k at rest), and (d)'s 3000 slowloris connections are held 4 s instead of 12 (the
@@ -15,6 +16,7 @@
 // elsewhere. CI runs as root on cgroup v1 and installs wrk before `npm test`.
 import { spawn } from 'node:child_process'
 import t from 'tap'
+import { LIVENESS_PERIOD_MS, watchLivez } from '../../bench/lib/floods.js'
 import { driveFourLoads, failures, FULL_LOADS } from '../../bench/lib/four-loads.js'
 import { DEFAULT_MAX_CONNECTIONS } from '../../src/config/schema.js'
 import { setUpCgroup, startInCgroup } from '../helpers/cgroup-sidecar.js'
@@ -22,6 +24,14 @@ import { reapOnExit } from '../helpers/process.js'
 import { skipUnless, WRK } from '../helpers/tools.js'
 
 const SIZES = { ...FULL_LOADS, wrkSeconds: 4, slowlorisMs: 4000 }
+/** While the proxy port sheds, the kubelet's probe should be answered within this (the chart's timeout is 2 s). */
+const LIVEZ_WHILE_SHEDDING_MS = 1000
+/**
+ * Not met every run in the 128 MiB group on a busy machine (2026-12-02, load 5–18: over 1 s in
+ * 6 runs of 9, worst 3.5 s): /livez shares the event loop with the proxy port, and a burst's
+ * accepts and reads are one poll phase it waits behind (docs/overload.md, Known limits).
+ */
+const LIVEZ_OPEN = 'known open: /livez within 1 s while the proxy port sheds, on a busy machine'
 
 const cgroup = setUpCgroup(() => skipUnless(WRK))
 t.setTimeout(120_000)
@@ -30,8 +40,10 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
   if (typeof cgroup === 'string') return
   const sidecar = await startInCgroup(t, cgroup)
   if (sidecar === undefined) return
-  const { port, upstream, alive } = sidecar
+  const { port, adminPort, upstream, alive } = sidecar
 
+  const livez = watchLivez(adminPort)
+  await livez.first
   const { outcomes, plain } = await driveFourLoads({
     port,
     upstream,
@@ -45,6 +57,7 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
       return out
     }
   })
+  const polled = await livez.stop()
   const [a, b, c, d] = outcomes
   t.comment(outcomes.map((o) => `${o.load}: ${o.answered} / ${o.callers} answered, ${JSON.stringify(o.classes)}, errors ${JSON.stringify(o.errors)}; ${o.note}`).join('\n'))
   t.ok(alive(), `alive after the four loads (${cgroup.events()})`)
@@ -58,5 +71,8 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
   t.ok((d?.statuses['503'] ?? 0) >= SIZES.slowloris - DEFAULT_MAX_CONNECTIONS, `(d) the slowloris connections beyond MAX_CONNECTIONS answered 503 (${d?.note})`)
   t.same(d?.errors, {}, '(d) every connection opened')
   t.equal(plain, '200', 'a plain call answered 200 afterwards')
+  const livezNote = `worst ${polled.worstMs} ms (connected in ${polled.worstConnectMs}), ${polled.ok} / ${polled.polls} within 2 s, ${JSON.stringify(polled.failures)}`
+  t.ok(polled.polls > 0 && polled.longestFailingMs < LIVENESS_PERIOD_MS, `/livez (a new connection every 100 ms, from a process of its own) never failing for a liveness period: longest ${polled.longestFailingMs} ms; ${livezNote}`)
+  t.ok(polled.ok === polled.polls && polled.worstMs <= LIVEZ_WHILE_SHEDDING_MS, `/livez answered 200 within ${LIVEZ_WHILE_SHEDDING_MS} ms throughout: ${livezNote}`, { todo: LIVEZ_OPEN })
   t.same(failures(outcomes, plain, alive()), [], 'the bench\'s verdict agrees')
 })
