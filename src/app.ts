@@ -9,7 +9,7 @@ import type { EgressProxy } from './config/egress-proxy.js'
 import { egressDispatcher } from './egress/connection.js'
 import { routeFor } from './egress/route.js'
 import { createUpstream } from './upstream/forward.js'
-import { memoryLimit, readPrivateBytes as privateBytesIn, type ReadSystemFile } from './overload/memory-limit.js'
+import { memoryLimit, readPrivateBytes as privateBytesIn, type MemoryLimit, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createOverloadManager, type OverloadManager } from './overload/manager.js'
 import { headCost, headsBoundNote, headsFit } from './overload/waters.js'
@@ -97,8 +97,9 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
     route: routeFor(config.upstream.url, config.egress)
   })
 
-  const { quota, cache } = await createQuota(config, deps, metrics)
-  const overload = createOverload(config.overload, config.listener, deps, metrics)
+  const limit = memoryLimit(config.overload.memoryLimitBytes, deps.memory?.readSystemFile)
+  const { quota, cache } = await createQuota(config, { ...deps, memoryLimitBytes: limit.bytes }, metrics)
+  const overload = createOverload(config.overload, config.listener, { limit, ...(cache === undefined ? {} : { giveWay: cache.giveWay }) }, deps, metrics)
   const idempotency = await createIdempotency(config, {
     log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
   })
@@ -197,11 +198,14 @@ function createTokens (token: TokenConfig, egress: EgressProxy, deps: AppDepende
   return { tokens, closeTokenEgress: tokenEgress.close }
 }
 
-/** The overload manager, with the memory limit it watches (logged once: the operator sees what it protects). */
-function createOverload (overload: OverloadConfig, { maxHeaderBytes, maxHeaderCount }: { maxHeaderBytes: number, maxHeaderCount: number }, deps: AppDependencies, metrics: Metrics): OverloadManager {
+/**
+ * The overload manager, with the memory limit it watches (logged once: the operator sees what
+ * it protects) and what gives way before it sheds (the read cache).
+ */
+function createOverload (overload: OverloadConfig, { maxHeaderBytes, maxHeaderCount }: { maxHeaderBytes: number, maxHeaderCount: number },
+  { limit, giveWay }: { limit: MemoryLimit, giveWay?: (bytes: number) => number }, deps: AppDependencies, metrics: Metrics): OverloadManager {
   const { log, clock = systemClock } = deps
   const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
-  const limit = memoryLimit(overload.memoryLimitBytes, readSystemFile)
   log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBoundNote(limit.bytes, headCost(maxHeaderBytes, maxHeaderCount)) },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
   if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes, maxHeaderCount)) {
@@ -218,7 +222,8 @@ function createOverload (overload: OverloadConfig, { maxHeaderBytes, maxHeaderCo
     ...(readLiveBytes === undefined ? {} : { readLiveBytes }),
     readPrivateBytes: readPrivateBytes ?? (() => privateBytesIn(readSystemFile)),
     ...(collectGarbage === undefined ? {} : { collect: collectGarbage }),
-    ...(collectYoungGarbage === undefined ? {} : { collectYoung: collectYoungGarbage })
+    ...(collectYoungGarbage === undefined ? {} : { collectYoung: collectYoungGarbage }),
+    ...(giveWay === undefined ? {} : { giveWay })
   })
 }
 

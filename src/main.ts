@@ -24,10 +24,13 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
       return
     }
     case 'check-config': {
-      const [{ describe, loadSidecarConfig }, { cachedWaitWarnings, plainHttpWarnings }] = await Promise.all([import('./cli/serve.js'), import('./config/warnings.js')])
+      const [{ describe, loadSidecarConfig }, { cacheBoundWarnings, cachedWaitWarnings, plainHttpWarnings }, { memoryLimit }] = await Promise.all([
+        import('./cli/serve.js'), import('./config/warnings.js'), import('./overload/memory-limit.js')])
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
-      for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config)]) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
+      // The limit as serve would read it here (this container's cgroup, or MEMORY_LIMIT_BYTES).
+      const limitBytes = memoryLimit(config.overload.memoryLimitBytes).bytes
+      for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config), ...cacheBoundWarnings(config, limitBytes)]) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
       return
     }
     case 'healthcheck': {

@@ -20,7 +20,9 @@ export default area('cache', {
     'test/cache/fleet-lease-end.test.ts',
     'test/cache/fleet-claims-edges.test.ts',
     'test/cache/memory-targets.test.ts',
-    'test/cache/own-answer.test.ts'
+    'test/cache/own-answer.test.ts',
+    'test/cache/entry-cost.test.ts',
+    'test/cache/purge.test.ts'
   ],
   breakAt: 95
 })

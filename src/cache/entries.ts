@@ -44,11 +44,37 @@ export function standing (entry: Entry, now: number): Standing {
 /** How long an entry is kept at all, from when it was stored. */
 export const lifetimeMs = (entry: Pick<Entry, 'freshMs' | 'staleMs'>): number => entry.freshMs + entry.staleMs
 
-/** The bytes an entry takes, near enough: its body, its headers, its path and rule, its Vary digests. */
+/**
+ * `body` in memory of its own: a small Buffer is a slice of Node's shared 8 KiB pool, one
+ * read from Redis a slice of its whole reply, and a kept slice keeps all of it alive, beyond
+ * what the entry is counted for (docs/read-cache.md, "What an entry costs").
+ */
+export function ownBytes (body: Buffer): Buffer {
+  if (body.byteOffset === 0 && body.buffer.byteLength === body.length) return body
+  const own = Buffer.allocUnsafeSlow(body.length)
+  body.copy(own)
+  return own
+}
+
+/**
+ * What an entry costs in live memory (V8's heap in use and external, what the overload manager
+ * watches) beside its parts: the entry, its headers' object, its body's Buffer and
+ * ArrayBuffer, its key, target and path strings, lru-cache's slots and the byUri index.
+ * Measured, with FIELD_BYTES, in docs/read-cache.md#what-an-entry-costs.
+ */
+export const ENTRY_BYTES = 900
+/** What a header field (or a Vary digest, or one value of a list) costs beside its characters: its strings' headers and its slot. */
+export const FIELD_BYTES = 64
+
+/** The live memory an entry takes, as measured: ENTRY_BYTES, its body, its path, and each header field and Vary digest with its characters. */
 export function entrySize (entry: Entry): number {
-  let size = entry.body.length + 256 + entry.display.length + entry.rule.length
-  for (const [name, value] of Object.entries(entry.headers)) size += name.length + String(value).length
-  for (const [name, digest] of entry.vary) size += name.length + digest.length + 16
+  let size = ENTRY_BYTES + entry.body.length + entry.display.length
+  for (const [name, value] of Object.entries(entry.headers)) {
+    size += FIELD_BYTES + name.length
+    if (typeof value === 'string') size += value.length
+    else for (const one of value) size += FIELD_BYTES + one.length
+  }
+  for (const [name, digest] of entry.vary) size += FIELD_BYTES + name.length + digest.length
   return size
 }
 
@@ -122,8 +148,11 @@ export function decodeEntry (buffer: Buffer, redisNowMs: number, now: number): E
   if (body.length !== fields.bytes) return 'its body is cut'
   const { v: _v, storedAtMs, bytes: _bytes, ...entry } = description as Description
   // A Redis clock that went back (a failover) makes nothing younger than stored.
-  return { ...entry, body, storedAt: now - Math.max(0, redisNowMs - storedAtMs) }
+  return { ...entry, body: ownBytes(body), storedAt: now - Math.max(0, redisNowMs - storedAtMs) }
 }
+
+/** Lapsed entries are purged at the soonest lapse, but no more often than this. */
+export const PURGE_MS = 30_000
 
 export interface MemoryStoreOptions {
   clock: Clock
@@ -146,6 +175,31 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
       if (reason === 'evict') onEvict(entry)
     }
   })
+  /** Drops every entry past its lifetime (stale= included): the bytes they were counted for. */
+  function purge (): number {
+    const now = clock.now()
+    const before = lru.calculatedSize
+    const lapsed: string[] = []
+    for (const [id, entry] of lru.entries()) if (!standing(entry, now).usable) lapsed.push(id)
+    for (const id of lapsed) lru.delete(id)
+    return before - lru.calculatedSize
+  }
+  /** When the purge timer fires (Infinity: not armed), when the last purge ran, and how to cancel it; undefined until startPurging(). */
+  let purging: { at: number, lastAt: number, cancel: () => void } | undefined
+  /** Arms the purge for an entry that lapses at `end`: at the soonest lapse, PURGE_MS after the last purge at the earliest. */
+  function purgeBy (end: number): void {
+    if (purging === undefined) return
+    const at = Math.max(end, purging.lastAt + PURGE_MS)
+    if (at >= purging.at) return
+    purging.cancel()
+    purging.at = at
+    purging.cancel = clock.setTimer(() => {
+      if (purging === undefined) return
+      purging = { at: Infinity, lastAt: clock.now(), cancel: () => {} }
+      purge()
+      for (const entry of lru.values()) purgeBy(entry.storedAt + lifetimeMs(entry))
+    }, at - clock.now())
+  }
   return {
     /** The entry under `id`, if it is still usable (one past `stale=` is dropped). */
     get (id: string): Entry | undefined {
@@ -159,6 +213,7 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
     set (id: string, entry: Entry): boolean {
       if (entrySize(entry) > maxBytes) return false
       lru.set(id, entry)
+      purgeBy(entry.storedAt + lifetimeMs(entry))
       const ids = byUri.get(entry.uri) ?? new Set()
       byUri.set(entry.uri, ids.add(id))
       return true
@@ -168,6 +223,27 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
       const ids = [...byUri.get(uri) ?? []]
       for (const id of ids) lru.delete(id)
       return ids.length
+    },
+    purge,
+    /** From now on the entries past their lifetime are dropped by a timer, requests or none (a shedding sidecar looks none up). */
+    startPurging (): void {
+      if (purging !== undefined) return
+      purging = { at: Infinity, lastAt: -Infinity, cancel: () => {} }
+      for (const entry of lru.values()) purgeBy(entry.storedAt + lifetimeMs(entry))
+    },
+    stopPurging (): void {
+      purging?.cancel()
+      purging = undefined
+    },
+    /**
+     * Gives back at least `bytes` if it holds them: the entries past their lifetime, then the
+     * least recently used (counted as evictions). The bytes it was counted for.
+     */
+    giveWay (bytes: number): number {
+      const before = lru.calculatedSize
+      purge()
+      while (before - lru.calculatedSize < bytes && lru.size > 0) lru.pop()
+      return before - lru.calculatedSize
     },
     bytes: (): number => lru.calculatedSize,
     /** How many target URIs drop() finds copies under: no more than the copies held, so bounded with them. */

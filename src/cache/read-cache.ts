@@ -26,8 +26,10 @@ export interface ReadCacheOptions {
   clock: Clock
   log: Logger
   metrics: Metrics
-  /** CACHE_MAX_BYTES: this sidecar's copies, at most. */
+  /** This sidecar's copies, at most: CACHE_MAX_BYTES, or less where the memory limit bounds it (memory-bound.ts). */
   maxBytes: number
+  /** CACHE_MAX_BYTES, for /status. */
+  configuredMaxBytes?: number
   /** CACHE_ENTRY_MAX_BYTES: a larger answer streams through and is not stored. */
   entryMaxBytes: number
   /** The fleet's copies in Redis (RATE_LIMIT_REDIS_URL set). */
@@ -49,9 +51,12 @@ const FETCH: Turn = Object.freeze({ kind: 'fetch' })
 export type { Flight, FlightOutcome } from './flights.js'
 export type { Turn } from './fleet-fetch.js'
 export { MALFORMED_LOGGED_MAX } from './shared-reads.js'
+export { PURGE_MS } from './entries.js'
 
 export interface CachedStatus {
+  /** The bound in force: CACHE_MAX_BYTES, or less where the memory limit bounds it. */
   maxBytes: number
+  configuredMaxBytes: number
   entryMaxBytes: number
   bytes: number
   shared: { url: string, up: boolean } | null
@@ -59,9 +64,10 @@ export interface CachedStatus {
 }
 
 /** What /status shows of the cache at `now`: its bounds, Redis, and each entry held here. */
-function statusOf (memory: MemoryStore, { maxBytes, entryMaxBytes, shared }: Pick<ReadCacheOptions, 'maxBytes' | 'entryMaxBytes' | 'shared'>, now: number): CachedStatus {
+function statusOf (memory: MemoryStore, { maxBytes, configuredMaxBytes = maxBytes, entryMaxBytes, shared }: Pick<ReadCacheOptions, 'maxBytes' | 'configuredMaxBytes' | 'entryMaxBytes' | 'shared'>, now: number): CachedStatus {
   return {
     maxBytes,
+    configuredMaxBytes,
     entryMaxBytes,
     bytes: memory.bytes(),
     shared: shared === undefined ? null : { url: shared.displayUrl, up: shared.up() },
@@ -72,7 +78,7 @@ function statusOf (memory: MemoryStore, { maxBytes, entryMaxBytes, shared }: Pic
   }
 }
 
-export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
+export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxBytes, entryMaxBytes, shared, fillMs }: ReadCacheOptions) {
   const memory = createMemoryStore({ clock, maxBytes, onEvict: (entry) => { metrics.cacheEvictions.inc({ rule: entry.rule }) } })
   metrics.measureCache(() => memory.bytes())
   const reads = shared === undefined ? undefined : new SharedReads(shared, log, metrics)
@@ -185,9 +191,19 @@ export function createReadCache ({ clock, log, metrics, maxBytes, entryMaxBytes,
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
     standing: (entry: Entry) => standing(entry, clock.now()),
-    status: (): CachedStatus => statusOf(memory, { maxBytes, entryMaxBytes, shared }, clock.now()),
-    start: async (): Promise<void> => { await shared?.start() },
+    status: (): CachedStatus => statusOf(memory, { maxBytes, configuredMaxBytes, entryMaxBytes, shared }, clock.now()),
+    /**
+     * Memory is short (the overload manager asks before it sheds): gives back about `bytes`,
+     * the copies past their lifetime first, then the least recently used; the fleet's copies in
+     * Redis stay, and a miss fetches again. The bytes the dropped copies were counted for.
+     */
+    giveWay: (bytes: number): number => memory.giveWay(bytes),
+    async start (): Promise<void> {
+      memory.startPurging()
+      await shared?.start()
+    },
     async close (): Promise<void> {
+      memory.stopPurging()
       flights.endAll()
       fleet?.close()
       await shared?.close()

@@ -1,6 +1,6 @@
 // TI's answer as the read cache keeps it (an entry) and as it sends it again to a caller.
 import type { ServerResponse } from 'node:http'
-import { standing, type Entry } from './entries.js'
+import { ownBytes, standing, type Entry } from './entries.js'
 import { cacheStatus, withUpstream, type CacheKey, type Decision, type StatusParams } from './policy.js'
 
 type Headers = Record<string, string | string[] | undefined>
@@ -13,7 +13,7 @@ export function entryOf (key: CacheKey, rule: string, decision: Extract<Decision
   return {
     status: answer.statusCode,
     headers,
-    body: answer.body,
+    body: ownBytes(answer.body),
     freshMs: decision.freshMs,
     staleMs: decision.staleMs,
     initialAgeMs: decision.initialAgeMs,

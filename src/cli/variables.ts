@@ -40,7 +40,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   RATE_LIMIT_REDIS_TIMEOUT_MS: 'a Redis command slower than this counts as failed',
   RATE_LIMIT_FLEET_SIZE: 'the most sidecars on this credential at once; cut off from Redis, each spends its share',
   RATE_LIMIT_HEADERS: 'RateLimit-Policy and RateLimit fields on the answers of budgeted rules',
-  CACHE_MAX_BYTES: 'the read cache\'s copies in this sidecar\'s memory, at most',
+  CACHE_MAX_BYTES: 'the read cache\'s copies in this sidecar\'s memory, at most (20 % of the memory limit if less)',
   CACHE_ENTRY_MAX_BYTES: 'a larger answer is passed on, not stored',
   CACHE_REDIS_MAX_BYTES: 'the fleet\'s copies in Redis, at most (oldest evicted); 0: none kept in Redis',
   MEMORY_LIMIT_BYTES: 'shed new requests (503) before this; unset: the cgroup\'s limit; 0: none',

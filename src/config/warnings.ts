@@ -4,6 +4,7 @@
 import { isLoopback } from '../egress/route.js'
 
 export { cachedWaitWarnings } from '../cache/timing.js'
+export { cacheBoundWarnings } from '../cache/memory-bound.js'
 
 /**
  * A plain http:// AUTH_URL or UPSTREAM_URL off this machine: the client secret (in every token

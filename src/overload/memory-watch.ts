@@ -88,6 +88,11 @@ export interface MemoryWatchOptions {
   collect?: () => void
   /** A young-generation collection (youngCollection by default, created at the first discarded byte). */
   collectYoung?: () => void
+  /**
+   * Memory others hold and can give back (the read cache's copies): asked for about `bytes`
+   * before requests are shed on live memory, it returns the bytes it gave back.
+   */
+  giveWay?: (bytes: number) => number
 }
 
 /** What the manager has admitted and not yet seen leave: the memory watch reads it, the manager counts it. */
@@ -112,6 +117,7 @@ export class MemoryWatch {
   readonly #readUsage: () => number | undefined
   readonly #readPrivate: () => number | undefined
   readonly #collect: () => void
+  readonly #giveWay: ((bytes: number) => number) | undefined
   #collectYoung: (() => void) | undefined
   readonly #privateWater: number
   #live = 0
@@ -148,6 +154,7 @@ export class MemoryWatch {
     this.watching = limit.bytes > 0
     this.#collect = options.collect ?? (this.watching ? fullCollection() : () => {})
     this.#collectYoung = options.collectYoung
+    this.#giveWay = options.giveWay
     this.#privateWater = PRIVATE_WATER * limit.bytes
     metrics.memoryLimitBytes.set(limit.bytes)
     metrics.overloadShedding.set(0)
@@ -281,10 +288,12 @@ export class MemoryWatch {
     return this.#update()
   }
 
-  /** Moves the memory state on the last sample and the bodies now in flight. */
+  /** Moves the memory state on the last sample and the bodies now in flight: what gives way first, when it would shed. */
   #update (): boolean {
     const reserved = this.#load.reserved
-    const next = shouldShed(this.#shedding, this.#live + reserved, this.#limit.bytes, () => this.#currentUsage())
+    const shed = (): boolean => shouldShed(this.#shedding, this.#live + reserved, this.#limit.bytes, () => this.#currentUsage())
+    let next = shed()
+    if (next && !this.#shedding && this.#gaveWay(reserved)) next = shed()
     if (next !== this.#shedding) {
       this.#shedding = next
       this.#showShedding()
@@ -293,6 +302,23 @@ export class MemoryWatch {
       else this.#log.info({ ...fields, lowWaterBytes: Math.round(LOW_WATER * this.#limit.bytes) }, 'no longer overloaded: accepting new requests')
     }
     return next
+  }
+
+  /**
+   * Before shedding starts, what can give way (the read cache) is asked for memory down to
+   * LOW_WATER, and a full collection frees it: a cache never makes the sidecar refuse
+   * callers. True when it gave some back; live memory is then read again (the dropped
+   * Buffers' external memory may be released a moment later: it is taken off meanwhile).
+   */
+  #gaveWay (reserved: number): boolean {
+    const gave = this.#giveWay?.(this.#live + reserved - LOW_WATER * this.#limit.bytes) ?? 0
+    if (gave <= 0) return false
+    const before = this.#live
+    this.#collect()
+    this.#collectedAt = this.#clock.now()
+    this.#live = Math.min(this.#readLive(), before - gave)
+    this.#log.info({ gaveBytes: gave, liveBytes: before, nowLiveBytes: this.#live, limitBytes: this.#limit.bytes }, 'memory near the high water: the read cache gave way (copies dropped, least recently used first) before any request was shed')
+    return true
   }
 
   #tick (): void {

@@ -133,3 +133,16 @@ export function headsBoundNote (limitBytes: number, cost: number): number | stri
 export function headsFit (limitBytes: number, maxConnections: number, maxHeaderBytes: number, maxHeaderCount: number): boolean {
   return limitBytes <= 0 || maxConnections <= 0 || IDLE_PRIVATE_BYTES + maxConnections * headCost(maxHeaderBytes, maxHeaderCount) <= limitBytes
 }
+
+/**
+ * The read cache's copies (counted at their measured cost, cache/entries.ts entrySize) take at
+ * most this fraction of the limit: beside an idle sidecar's live memory, a full cache stays
+ * under LOW_WATER with room for a load, and its private memory under CONNECTION_WATER
+ * (docs/overload.md#why-these-numbers). 25.6 MiB at 128 MiB; the default 32 MiB from 160 MiB.
+ */
+export const CACHE_WATER = 0.2
+
+/** The read cache's bound in force: CACHE_MAX_BYTES, or CACHE_WATER of a smaller limit; CACHE_MAX_BYTES without one. */
+export function cacheBound (limitBytes: number, maxBytes: number): number {
+  return limitBytes <= 0 ? maxBytes : Math.min(maxBytes, Math.floor(CACHE_WATER * limitBytes))
+}

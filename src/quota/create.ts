@@ -26,6 +26,8 @@ export interface QuotaDependencies {
   readFile?: ReadFile
   /** The fleet protocol's timing (heartbeat, presence TTL, fresh-epoch grace); tests shorten it. */
   quotaTiming?: Partial<FleetTiming>
+  /** The memory limit the overload manager watches (0: none): it bounds the read cache too. */
+  memoryLimitBytes?: number
 }
 
 /**
@@ -33,7 +35,7 @@ export interface QuotaDependencies {
  * when a rule has cache= (its copies shared in the same Redis).
  */
 export async function createQuota (config: Config, deps: QuotaDependencies, metrics: Metrics): Promise<{ quota: QuotaGuard, cache?: ReadCache }> {
-  const { log, clock = systemClock, readFile, quotaTiming } = deps
+  const { log, clock = systemClock, readFile, quotaTiming, memoryLimitBytes = 0 } = deps
   const rateLimits = config.rateLimits
   const caching = rateLimits.rules.some((rule) => rule.cache !== undefined)
   // ioredis is loaded only when a Redis URL is set (start-up time and memory per pod).
@@ -82,12 +84,17 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
   exportBudgets(metrics, rateLimits.rules, (rule) => quota.budget(rule))
   if (!caching) return { quota }
   // lru-cache is loaded only when a rule has cache=.
-  const { createReadCache } = await import('../cache/read-cache.js')
+  const [{ createReadCache }, { cacheBound, cacheBoundWarnings }] = await Promise.all([import('../cache/read-cache.js'), import('../cache/memory-bound.js')])
+  const cacheLog = log.child({ component: 'cache' })
+  const maxBytes = cacheBound(memoryLimitBytes, config.cache.maxBytes)
+  cacheLog.info({ maxBytes, configuredMaxBytes: config.cache.maxBytes, memoryLimitBytes }, 'read cache bound in memory')
+  for (const warning of cacheBoundWarnings(config, memoryLimitBytes)) cacheLog.warn(warning)
   const cache = createReadCache({
     clock,
-    log: log.child({ component: 'cache' }),
+    log: cacheLog,
     metrics,
-    maxBytes: config.cache.maxBytes,
+    maxBytes,
+    configuredMaxBytes: config.cache.maxBytes,
     entryMaxBytes: config.cache.entryMaxBytes,
     fillMs: rateLimits.maxWaitMs + config.upstream.queueTimeoutMs + config.upstream.timeoutMs,
     ...(shared === undefined ? {} : { shared })

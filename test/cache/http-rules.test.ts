@@ -3,7 +3,7 @@
 // the pure parts, table-driven.
 import t from 'tap'
 import { ageSeconds, cacheKey, decide, directives, freshnessLifetimeMs, httpDate, invalidatedUris, uriKey } from '../../src/cache/policy.js'
-import { createMemoryStore, decodeEntry, encodeEntry, ENTRY_VERSION, type Entry } from '../../src/cache/entries.js'
+import { createMemoryStore, decodeEntry, encodeEntry, entrySize, ENTRY_VERSION, type Entry } from '../../src/cache/entries.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { entry } from './entry.js'
 
@@ -214,7 +214,7 @@ t.test('the memory store drops every copy of a target URI, whatever its keyed he
   t.equal(store.drop('V'), 1, 'v2 still dropped with its target')
   t.equal(store.drop('W'), 1)
   // One evicted or lapsed leaves it too.
-  const small = createMemoryStore({ clock: c.clock, maxBytes: 500, onEvict: () => {} })
+  const small = createMemoryStore({ clock: c.clock, maxBytes: entrySize(entry({ uri: 'X' })) + 100, onEvict: () => {} })
   small.set('x', entry({ uri: 'X', storedAt: c.clock.now() }))
   small.set('y', entry({ uri: 'Y', storedAt: c.clock.now() }))
   t.equal(small.entries().length, 1, 'x was evicted')
