@@ -193,8 +193,8 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
     if (at >= purging.at) return
     purging.cancel()
     purging.at = at
+    // stopPurging() cancels it: it never runs once purging is undefined.
     purging.cancel = clock.setTimer(() => {
-      if (purging === undefined) return
       purging = { at: Infinity, lastAt: clock.now(), cancel: () => {} }
       purge()
       for (const entry of lru.values()) purgeBy(entry.storedAt + lifetimeMs(entry))

@@ -96,3 +96,17 @@ t.test('giveWay: the lapsed first, then the least recently used, until the bytes
   t.equal(store.bytes(), 0)
   t.equal(store.giveWay(1), 0, 'empty: nothing')
 })
+
+t.test('startPurging twice arms one timer: stopPurging stops every purge', async (t) => {
+  const c = fakeClock()
+  const store = createMemoryStore({ clock: c.clock, maxBytes: 10 * ENTRY_BYTES, onEvict: () => {} })
+  store.set('a', entry({ display: '/a', freshMs: 10, staleMs: 0, storedAt: c.clock.now() }))
+  store.startPurging()
+  store.startPurging()
+  store.stopPurging()
+  await c.tick(100)
+  t.equal(store.entries().length, 1, 'lapsed, but no purge after stopPurging')
+  store.startPurging()
+  await c.tick(0)
+  t.equal(store.entries().length, 0, 'started again: the lapsed copy goes at once')
+})
