@@ -6,8 +6,12 @@
 import t, { type Test } from 'tap'
 import { createMetrics } from '../../src/metrics.js'
 import { ADMISSION_SAMPLE_MS, createOverloadManager, HIGH_WATER, LOW_WATER, SAMPLE_MS } from '../../src/overload/manager.js'
+import { request } from 'undici'
+import { startSidecar } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
+import { metricValue } from '../helpers/metrics.js'
+import { startUpstream } from '../helpers/upstream.js'
 
 const MiB = 1024 * 1024
 const LIMIT = 100 * MiB
@@ -99,4 +103,26 @@ t.test('an admission that finds the high water crossed asks the cache too, befor
   t.equal(asked.length, 0, 'no timed sample yet')
   t.equal(overload.admit(), undefined, 'admitted: the cache gave way at its sample')
   t.equal(asked.length, 1)
+})
+
+t.test('the built sidecar: at the high water its cache gives way, and the request is answered, not shed', async (t) => {
+  const upstream = await startUpstream(t, (_req, res) => { res.setHeader('content-type', 'application/json').end('{"part":1}') })
+  // Live memory over the high water of a 64 MiB limit until a collection frees what the cache gave back.
+  const live = { bytes: 20 * MiB }
+  const { proxyUrl, adminUrl } = await startSidecar(t, upstream.url, { RATE_LIMITS: 'GET /v2/** 1000/1s cache=1h', MEMORY_LIMIT_BYTES: String(64 * MiB) }, {
+    memory: { readLiveBytes: () => live.bytes, readPrivateBytes: () => undefined, collectGarbage: () => { live.bytes = 20 * MiB } }
+  })
+  const get = async (path: string): Promise<number> => {
+    const res = await request(proxyUrl + path)
+    await res.body.dump()
+    return res.statusCode
+  }
+  for (let i = 0; i < 20; i++) t.equal(await get(`/v2/parts/${i}`), 200)
+  const held = await metricValue(adminUrl, 'store_auth_proxy_cache_bytes')
+  t.ok(held > 0, `the cache holds ${held} bytes`)
+  live.bytes = 40 * MiB
+  await new Promise((resolve) => setTimeout(resolve, ADMISSION_SAMPLE_MS))
+  t.equal(await get('/v2/parts/new'), 200, 'admitted')
+  t.ok(await metricValue(adminUrl, 'store_auth_proxy_cache_bytes') < held, 'the cache gave some of its copies back')
+  t.equal(await metricValue(adminUrl, 'store_auth_proxy_overload_shed_total', { reason: 'memory' }), 0, 'nothing shed')
 })
