@@ -248,7 +248,16 @@ export function createMemoryStore ({ clock, maxBytes, onEvict }: MemoryStoreOpti
     bytes: (): number => lru.calculatedSize,
     /** How many target URIs drop() finds copies under: no more than the copies held, so bounded with them. */
     targets: (): number => byUri.size,
-    entries: (): Entry[] => [...lru.values()]
+    count: (): number => lru.size,
+    /** The copies from the most recently used on, at most `max`. */
+    entries: (max = Infinity): Entry[] => {
+      const listed: Entry[] = []
+      for (const entry of lru.values()) {
+        if (listed.length >= max) break
+        listed.push(entry)
+      }
+      return listed
+    }
   }
 }
 

@@ -60,10 +60,15 @@ export interface CachedStatus {
   entryMaxBytes: number
   bytes: number
   shared: { url: string, up: boolean } | null
+  /** How many copies this sidecar holds; `entries` lists the most recently used of them. */
+  count: number
   entries: Array<{ rule: string, path: string, ageSeconds: number, bytes: number, state: 'fresh' | 'stale' }>
 }
 
-/** What /status shows of the cache at `now`: its bounds, Redis, and each entry held here. */
+/** Copies listed on /status: a full cache of small answers holds tens of thousands. */
+export const STATUS_ENTRIES = 100
+
+/** What /status shows of the cache at `now`: its bounds, Redis, and the entries used last. */
 function statusOf (memory: MemoryStore, { maxBytes, configuredMaxBytes = maxBytes, entryMaxBytes, shared }: Pick<ReadCacheOptions, 'maxBytes' | 'configuredMaxBytes' | 'entryMaxBytes' | 'shared'>, now: number): CachedStatus {
   return {
     maxBytes,
@@ -71,7 +76,8 @@ function statusOf (memory: MemoryStore, { maxBytes, configuredMaxBytes = maxByte
     entryMaxBytes,
     bytes: memory.bytes(),
     shared: shared === undefined ? null : { url: shared.displayUrl, up: shared.up() },
-    entries: memory.entries().map((entry) => {
+    count: memory.count(),
+    entries: memory.entries(STATUS_ENTRIES).map((entry) => {
       const s = standing(entry, now)
       return { rule: entry.rule, path: entry.display, ageSeconds: Math.floor(s.ageMs / 1000), bytes: entrySize(entry), state: s.fresh ? 'fresh' : 'stale' }
     })
