@@ -23,11 +23,27 @@ const GROUP_PREFIX = 'overload-test-'
 /** Start-up takes 0.4–0.6 s of CPU; with both cores kept busy by others it once took over 20 s. */
 const READY_WITHIN_MS = 60_000
 
-/** Groups left by a run that was killed before it could remove its own (empty ones only). */
+/** Whether the test process that named a group `GROUP_PREFIX<pid>` still runs. */
+function running (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH'
+  }
+}
+
+/**
+ * Groups left by a run that was killed before it could remove its own: empty ones whose test
+ * process is gone. A running test file's group is empty until its sidecar starts, and tap runs
+ * files side by side: removing it made that file's sidecar fail to start.
+ */
 function removeStaleGroups (cgroup: MemoryCgroup): void {
   const parent = dirname(cgroup.dir)
   for (const name of readdirSync(parent)) {
     if (!name.startsWith(GROUP_PREFIX) || join(parent, name) === cgroup.dir) continue
+    const pid = Number(name.slice(GROUP_PREFIX.length))
+    if (Number.isInteger(pid) && pid > 0 && running(pid)) continue
     try {
       if (readFileSync(join(parent, name, 'cgroup.procs'), 'utf8').trim() === '') rmdirSync(join(parent, name))
     } catch {}
