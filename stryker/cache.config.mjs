@@ -22,7 +22,8 @@ export default area('cache', {
     'test/cache/memory-targets.test.ts',
     'test/cache/own-answer.test.ts',
     'test/cache/entry-cost.test.ts',
-    'test/cache/purge.test.ts', 'test/cache/memory-store-edges.test.ts'
+    'test/cache/purge.test.ts',
+    'test/cache/memory-store-edges.test.ts'
   ],
   breakAt: 95
 })
