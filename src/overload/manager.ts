@@ -12,7 +12,7 @@ export {
   ADMISSION_SAMPLE_MS, BODY_COST, COLLECT_GAP_MS, COLLECT_SHARE, CONNECTION_WATER, COUNTED_BODY_MAX_BYTES, DISCARD_COLLECT_BYTES, HEADS_WATER, headsBound, HIGH_WATER, KEPT_HEADS, LOW_WATER, PRIVATE_CLEAR,
   PRIVATE_FLOOR_IN_FLIGHT, PRIVATE_HOLD_MS, PRIVATE_WATER, REQUEST_COST, SAMPLE_MS, shouldShed, USAGE_WATER
 } from './waters.js'
-export { fullCollection, liveBytes, youngCollection } from './memory-watch.js'
+export { collectGap, fullCollection, liveBytes, youngCollection } from './memory-watch.js'
 
 /** Retry-After of a 503 OVERLOADED. */
 export const OVERLOAD_RETRY_AFTER_S = 1

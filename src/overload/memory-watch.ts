@@ -93,6 +93,24 @@ export interface MemoryWatchOptions {
    * before requests are shed on live memory, it returns the bytes it gave back.
    */
   giveWay?: (bytes: number) => number
+  /** The process's CPU time in ms, all threads (processCpuMs by default; tests inject their own). */
+  readCpuMs?: () => number
+}
+
+/** The process's CPU time so far, user and system, in ms. */
+export function processCpuMs (): number {
+  const { user, system } = process.cpuUsage()
+  return (user + system) / 1000
+}
+
+/**
+ * The gap before the next forced collection, after one that took `wallMs` and `cpuMs`: its own
+ * length (the shorter: a starved process's waits are not collecting, V8's helper threads are
+ * not the event loop's stop) over COLLECT_SHARE, from COLLECT_GAP_MS to PRIVATE_HOLD_MS.
+ */
+export function collectGap (wallMs: number, cpuMs: number): number {
+  const ownMs = Math.max(0, Math.min(wallMs, cpuMs))
+  return Math.min(PRIVATE_HOLD_MS, Math.max(COLLECT_GAP_MS, ownMs * (1 / COLLECT_SHARE - 1)))
 }
 
 /** What the manager has admitted and not yet seen leave: the memory watch reads it, the manager counts it. */
@@ -118,6 +136,7 @@ export class MemoryWatch {
   readonly #readPrivate: () => number | undefined
   readonly #collect: () => void
   readonly #giveWay: ((bytes: number) => number) | undefined
+  readonly #readCpuMs: () => number
   #collectYoung: (() => void) | undefined
   readonly #privateWater: number
   #live = 0
@@ -132,7 +151,7 @@ export class MemoryWatch {
   #privateShedAt = -Infinity
   #sampledAt = -Infinity
   #discardedBytes = 0
-  /** When the last forced collection ended, and the gap before the next (COLLECT_GAP_MS, longer after a long one). */
+  /** When the last forced collection ended, and the gap before the next (collectGap: COLLECT_GAP_MS, longer after a long one). */
   #collectedAt = -Infinity
   #collectGapMs = COLLECT_GAP_MS
   #shedding = false
@@ -155,6 +174,7 @@ export class MemoryWatch {
     this.#collect = options.collect ?? (this.watching ? fullCollection() : () => {})
     this.#collectYoung = options.collectYoung
     this.#giveWay = options.giveWay
+    this.#readCpuMs = options.readCpuMs ?? processCpuMs
     this.#privateWater = PRIVATE_WATER * limit.bytes
     metrics.memoryLimitBytes.set(limit.bytes)
     metrics.overloadShedding.set(0)
@@ -329,9 +349,10 @@ export class MemoryWatch {
     if ((this.#sample() || this.#privateShedSinceCollect) && this.#clock.now() - this.#collectedAt >= this.#collectGapMs) {
       this.#privateShedSinceCollect = false
       const started = this.#clock.now()
+      const cpuBefore = this.#readCpuMs()
       this.#collect()
       this.#collectedAt = this.#clock.now()
-      this.#collectGapMs = Math.max(COLLECT_GAP_MS, (this.#collectedAt - started) * (1 / COLLECT_SHARE - 1))
+      this.#collectGapMs = collectGap(this.#collectedAt - started, this.#readCpuMs() - cpuBefore)
     }
     this.#afterSample?.()
     this.#stopTimer = this.#clock.setTimer(() => { this.#tick() }, SAMPLE_MS)

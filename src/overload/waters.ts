@@ -55,10 +55,11 @@ export const DISCARD_COLLECT_BYTES = 8 * 1024 * 1024
 /** At most one forced full collection this often, and only while the samples say shed. */
 export const COLLECT_GAP_MS = 1_000
 /**
- * ...and forced collections take at most this share of the time: after one that took d ms (wall
- * time, a starved process's waits included), the next waits 9 d at least. A collection stops
- * the event loop, /livez included (21–126 ms each at load 6–9 in 128 MiB, 2026-12-02); paced in
- * wall time alone, the slower a starved sidecar collects, the more of its time goes to it.
+ * ...and forced collections take at most this share of the time: after one that took d ms, the
+ * next waits 9 d at least, up to PRIVATE_HOLD_MS. A collection stops the event loop, /livez
+ * included (21–126 ms each at load 6–9 in 128 MiB, 2026-12-02). d is the collection's CPU time
+ * (its wall time when shorter): a starved process's or a paused VM's waits are no collecting,
+ * and counted would hold the sidecar shedding 9 times as long as it waited.
  */
 export const COLLECT_SHARE = 0.1
 
