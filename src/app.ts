@@ -12,7 +12,8 @@ import { createUpstream } from './upstream/forward.js'
 import { memoryLimit, readPrivateBytes as privateBytesIn, type MemoryLimit, type ReadSystemFile } from './overload/memory-limit.js'
 import { createMetrics, type Metrics } from './metrics.js'
 import { createOverloadManager, type OverloadManager } from './overload/manager.js'
-import { headCost, headsBoundNote, headsFit } from './overload/waters.js'
+import { limitWarnings, type LimitSettings } from './overload/limit-warnings.js'
+import { headCost, headsBoundNote } from './overload/waters.js'
 import { createProxyServer } from './proxy/server.js'
 import { createQuota, type QuotaDependencies } from './quota/create.js'
 import type { QuotaGuard } from './quota/guard.js'
@@ -99,7 +100,7 @@ export async function buildApp (config: Config, deps: AppDependencies): Promise<
 
   const limit = memoryLimit(config.overload.memoryLimitBytes, deps.memory?.readSystemFile)
   const { quota, cache } = await createQuota(config, { ...deps, memoryLimitBytes: limit.bytes }, metrics)
-  const overload = createOverload(config.overload, config.listener, { limit, ...(cache === undefined ? {} : { giveWay: cache.giveWay }) }, deps, metrics)
+  const overload = createOverload(config, { limit, ...(cache === undefined ? {} : { giveWay: cache.giveWay }) }, deps, metrics)
   const idempotency = await createIdempotency(config, {
     log: log.child({ component: 'idempotency' }), clock: deps.clock ?? systemClock, metrics, ...(deps.readFile === undefined ? {} : { readFile: deps.readFile }), ...(deps.idempotencyTiming === undefined ? {} : { timing: deps.idempotencyTiming })
   })
@@ -202,16 +203,14 @@ function createTokens (token: TokenConfig, egress: EgressProxy, deps: AppDepende
  * The overload manager, with the memory limit it watches (logged once: the operator sees what
  * it protects) and what gives way before it sheds (the read cache).
  */
-function createOverload (overload: OverloadConfig, { maxHeaderBytes, maxHeaderCount }: { maxHeaderBytes: number, maxHeaderCount: number },
+function createOverload (settings: LimitSettings & { readonly overload: OverloadConfig },
   { limit, giveWay }: { limit: MemoryLimit, giveWay?: (bytes: number) => number }, deps: AppDependencies, metrics: Metrics): OverloadManager {
   const { log, clock = systemClock } = deps
+  const { overload, listener: { maxHeaderBytes, maxHeaderCount } } = settings
   const { readSystemFile, readLiveBytes, readPrivateBytes, collectGarbage, collectYoungGarbage } = deps.memory ?? {}
-  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBoundNote(limit.bytes, headCost(maxHeaderBytes, maxHeaderCount)) },
+  log.info({ memoryLimitBytes: limit.bytes, source: limit.source, file: limit.file, ...(limit.settingAbove === undefined ? {} : { memoryLimitSetting: limit.settingAbove }), maxInFlightRequests: overload.maxInFlightRequests, maxConnections: overload.maxConnections, maxUnfinishedHeads: headsBoundNote(limit.bytes, headCost(maxHeaderBytes, maxHeaderCount)) },
     limit.bytes > 0 ? 'memory limit known: new requests are shed before it' : 'no memory limit known: shedding on MAX_IN_FLIGHT_REQUESTS and MAX_CONNECTIONS only')
-  if (!headsFit(limit.bytes, overload.maxConnections, maxHeaderBytes, maxHeaderCount)) {
-    log.warn({ memoryLimitBytes: limit.bytes, maxConnections: overload.maxConnections, maxHeaderBytes, maxHeaderCount },
-      'MAX_CONNECTIONS unfinished request heads of MAX_HEADER_BYTES may not fit in the memory limit: lower MAX_CONNECTIONS or MAX_HEADER_BYTES, or raise the limit')
-  }
+  for (const warning of limitWarnings(settings, limit)) log.warn(warning)
   return createOverloadManager({
     limit,
     maxInFlight: overload.maxInFlightRequests,

@@ -24,13 +24,13 @@ async function run (command: string, args: string[], env: Env): Promise<void> {
       return
     }
     case 'check-config': {
-      const [{ describe, loadSidecarConfig }, { cacheBoundWarnings, cachedWaitWarnings, plainHttpWarnings }, { memoryLimit }] = await Promise.all([
-        import('./cli/serve.js'), import('./config/warnings.js'), import('./overload/memory-limit.js')])
+      const [{ describe, loadSidecarConfig }, { cacheBoundWarnings, cachedWaitWarnings, plainHttpWarnings }, { memoryLimit }, { limitWarnings }] = await Promise.all([
+        import('./cli/serve.js'), import('./config/warnings.js'), import('./overload/memory-limit.js'), import('./overload/limit-warnings.js')])
       const config = await loadSidecarConfig(env)
       process.stdout.write(`configuration is valid: ${JSON.stringify(describe(config))}\n`)
       // The limit as serve would read it here (this container's cgroup, or MEMORY_LIMIT_BYTES).
-      const limitBytes = memoryLimit(config.overload.memoryLimitBytes).bytes
-      for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config), ...cacheBoundWarnings(config, limitBytes)]) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
+      const limit = memoryLimit(config.overload.memoryLimitBytes)
+      for (const warning of [...plainHttpWarnings(config), ...cachedWaitWarnings(config), ...cacheBoundWarnings(config, limit.bytes), ...limitWarnings(config, limit)]) process.stderr.write(`store-auth-proxy: warning: ${warning}\n`)
       return
     }
     case 'healthcheck': {

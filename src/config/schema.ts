@@ -48,7 +48,8 @@ export const MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
  * Connections open on the admin listener beyond which a new one is answered 503 and closed,
  * unless its first read is a whole head (src/admin/server.ts): the kubelet and Prometheus hold
  * a few; without a bound, 12,000 idle heads from the pod network OOM-killed the sidecar in a
- * 128 MiB group.
+ * 128 MiB group. At most 1000: their unfinished heads (24 KiB each, overload/limit-warnings.ts)
+ * then hold 24 MiB; more than 10 % of the limit is warned of at start and by check-config.
  */
 export const DEFAULT_ADMIN_MAX_CONNECTIONS = 64
 /**
@@ -128,7 +129,7 @@ export const schema = {
     MEMORY_LIMIT_BYTES: { type: 'integer', minimum: 0 },
     MAX_IN_FLIGHT_REQUESTS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_IN_FLIGHT_REQUESTS },
     MAX_CONNECTIONS: { type: 'integer', minimum: 0, maximum: 1_000_000, default: DEFAULT_MAX_CONNECTIONS },
-    ADMIN_MAX_CONNECTIONS: { type: 'integer', minimum: 4, maximum: 10_000, default: DEFAULT_ADMIN_MAX_CONNECTIONS },
+    ADMIN_MAX_CONNECTIONS: { type: 'integer', minimum: 4, maximum: 1000, default: DEFAULT_ADMIN_MAX_CONNECTIONS },
     ACCESS_LOG: { type: 'boolean', default: false },
     STATUS_ENDPOINT: { type: 'boolean', default: true },
     STATUS_FROM: { type: 'string', enum: STATUS_FROM, default: 'loopback' },

@@ -36,6 +36,8 @@ export interface MemoryLimit {
    * group at all (a cgroup's root counts the whole machine).
    */
   readonly usageFile?: string
+  /** MEMORY_LIMIT_BYTES, when it was set above the cgroup's limit (`bytes`), which is taken instead. */
+  readonly settingAbove?: number
 }
 
 /** The process's groups in /proc/self/cgroup: the v2 group (`0::/path`) and the v1 memory group. */
@@ -113,7 +115,21 @@ export function cgroupMemoryLimit (read: ReadSystemFile = readSystemFile, root =
   return v1 ?? { bytes: 0, source: 'none' }
 }
 
-/** MEMORY_LIMIT_BYTES when set (0: none, the manager's memory watch off), the cgroup's limit otherwise. */
+/**
+ * MEMORY_LIMIT_BYTES when set (0: none, the manager's memory watch off), the cgroup's limit
+ * otherwise, and the cgroup's when it is the smaller: the kernel kills at its own limit, so one
+ * above it would shed too late and derive bounds (heads, the cache) from memory never granted.
+ */
 export function memoryLimit (setting: number | undefined, read: ReadSystemFile = readSystemFile): MemoryLimit {
-  return setting === undefined ? cgroupMemoryLimit(read) : { bytes: setting, source: 'MEMORY_LIMIT_BYTES' }
+  if (setting === undefined) return cgroupMemoryLimit(read)
+  const own: MemoryLimit = { bytes: setting, source: 'MEMORY_LIMIT_BYTES' }
+  if (setting === 0) return own
+  const cgroup = cgroupMemoryLimit(read)
+  return cgroup.bytes > 0 && cgroup.bytes < setting ? { ...cgroup, settingAbove: setting } : own
+}
+
+/** What to tell the operator of the limit taken: a MEMORY_LIMIT_BYTES above the cgroup's limit, not used. */
+export function memoryLimitWarnings (limit: MemoryLimit): string[] {
+  if (limit.settingAbove === undefined) return []
+  return [`MEMORY_LIMIT_BYTES ${limit.settingAbove} is above the ${limit.source} limit of ${limit.bytes} bytes (${limit.file ?? 'its group'}), where the kernel kills the process: the cgroup's limit is used; lower MEMORY_LIMIT_BYTES or unset it`]
 }

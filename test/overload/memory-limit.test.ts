@@ -3,7 +3,7 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config/load.js'
 import { ConfigError } from '../../src/config/parse-env.js'
-import { candidateDirs, cgroupMemoryLimit, memoryLimit, parseLimitValue, parseProcCgroup, readPrivateBytes, readUsageBytes, type ReadSystemFile } from '../../src/overload/memory-limit.js'
+import { candidateDirs, cgroupMemoryLimit, memoryLimit, memoryLimitWarnings, parseLimitValue, parseProcCgroup, readPrivateBytes, readUsageBytes, type ReadSystemFile } from '../../src/overload/memory-limit.js'
 
 const MiB = 1024 * 1024
 const files = (contents: Record<string, string>): ReadSystemFile => (path) => contents[path]
@@ -103,11 +103,23 @@ t.test('private memory: RssAnon from /proc/self/status, in bytes; undefined wher
   t.ok(own !== undefined && own > MiB && own < process.memoryUsage().rss, 'this process\'s: some, and less than its RSS')
 })
 
-t.test('MEMORY_LIMIT_BYTES overrides the cgroup, 0 included (the memory watch off)', async (t) => {
+t.test('MEMORY_LIMIT_BYTES overrides the cgroup below its limit, 0 included (the memory watch off)', async (t) => {
   const read = files({ '/proc/self/cgroup': V2_PROC, '/sys/fs/cgroup/memory.max': '134217728' })
-  t.same(memoryLimit(undefined, read), { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max', usageFile: '/sys/fs/cgroup/memory.current' })
+  const cgroup = { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max', usageFile: '/sys/fs/cgroup/memory.current' }
+  t.same(memoryLimit(undefined, read), cgroup)
   t.same(memoryLimit(96 * MiB, read), { bytes: 96 * MiB, source: 'MEMORY_LIMIT_BYTES' })
+  t.same(memoryLimit(128 * MiB, read), { bytes: 128 * MiB, source: 'MEMORY_LIMIT_BYTES' })
   t.same(memoryLimit(0, read), { bytes: 0, source: 'MEMORY_LIMIT_BYTES' })
+  t.same(memoryLimitWarnings(memoryLimit(96 * MiB, read)), [], 'no warning below it')
+})
+
+t.test('MEMORY_LIMIT_BYTES above the cgroup\'s limit: the cgroup\'s is taken, with a warning', async (t) => {
+  // 1 GiB in a 128 MiB group: the heads bound and the waters derived from 1 GiB, OOM-killed under 2,000 slow heads.
+  const read = files({ '/proc/self/cgroup': V2_PROC, '/sys/fs/cgroup/memory.max': '134217728' })
+  const limit = memoryLimit(1024 * MiB, read)
+  t.same(limit, { bytes: 128 * MiB, source: 'cgroup v2', file: '/sys/fs/cgroup/memory.max', usageFile: '/sys/fs/cgroup/memory.current', settingAbove: 1024 * MiB })
+  t.same(memoryLimitWarnings(limit), [`MEMORY_LIMIT_BYTES ${1024 * MiB} is above the cgroup v2 limit of ${128 * MiB} bytes (/sys/fs/cgroup/memory.max), where the kernel kills the process: the cgroup's limit is used; lower MEMORY_LIMIT_BYTES or unset it`])
+  t.same(memoryLimit(1024 * MiB, files({ '/proc/self/cgroup': V2_PROC, '/sys/fs/cgroup/memory.max': 'max' })), { bytes: 1024 * MiB, source: 'MEMORY_LIMIT_BYTES' }, 'no cgroup limit: the setting')
 })
 
 t.test('the settings: MEMORY_LIMIT_BYTES 0 or at least 32 MiB; MAX_IN_FLIGHT_REQUESTS 500 by default, 0 for no cap', async (t) => {
