@@ -5,12 +5,16 @@
 // the memory limit) and closed, oldest first, when private memory nears the limit (manager.ts).
 // A head is told at the parser's own boundary, from a message's first byte to its whole head:
 // a body still arriving after an early answer is none, a head pipelined behind a request is one.
+// One begun behind an exchange under way cannot be answered (the answer would be read as that
+// exchange's), so the connection is no longer read until that exchange is answered: such a
+// head holds what the read that began it brought, not MAX_HEADER_BYTES, and is counted apart
+// from the bound (`heldHeads`) until reading resumes.
 // Where Node's parser is not the one this was written for (socket-internals.ts headSlotsMismatch),
 // heads are not followed: neither bounded nor closed, said once (`unfollowed`) and on /status;
 // MAX_CONNECTIONS, admission and the memory waters still hold.
-import type { Server } from 'node:http'
+import type { Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import { followHeads, pendingResponse, stopReading } from '../upstream/socket-internals.js'
+import { followHeads, pendingResponse, resumeReading, stopReading } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
@@ -19,7 +23,7 @@ export interface WaitingConnections {
    * requests and bodies under way are never closed.
    */
   shedHeads: (count: number, keep?: number) => number
-  /** How many connections hold an unfinished head. */
+  /** How many connections hold an unfinished head (those held behind an exchange under way not counted). */
   heads: () => number
   /**
    * From then on, a head begun beyond `max` unfinished ones closes the oldest (answered as
@@ -35,6 +39,8 @@ export interface HeadsStatus {
   maxUnfinishedHeads: number | null
   unboundedBecause: string | null
   unfinishedHeads: number
+  /** Unfinished heads begun behind an exchange under way, their connections not read until it is answered: not in unfinishedHeads. */
+  heldHeads: number
   closedHeadsTotal: number
 }
 
@@ -59,8 +65,9 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
     for (const socket of unfinished) {
       if (shed >= count || unfinished.size <= keep) break
       // A head pipelined behind an exchange under way: its request went upstream (an order,
-      // say), and a 503 here would be read as that request's answer. Left until it is answered;
-      // admission bounds how many there are, MAX_HEADER_BYTES what each holds.
+      // say), and a 503 here would be read as that request's answer. Left until it is answered
+      // (it was counted once reading resumed, and the next exchange of the same pipeline may
+      // have begun since).
       if (pendingResponse(socket) !== null) continue
       unfinished.delete(socket)
       // Node's parser reads the socket from C++ ('data' is never emitted): stopped, no head
@@ -79,19 +86,52 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
     const shed = shedHeads(unfinished.size - bound.max)
     if (shed > 0) bound.closed(shed)
   }
+  const addUnfinished = (socket: Socket): void => {
+    unfinished.add(socket)
+    if (bound.max > 0 && unfinished.size > bound.max && !overBound) {
+      overBound = true
+      setImmediate(closeOverBound)
+    }
+  }
+  /** Connections holding a head begun behind an exchange under way, not read meanwhile; the response each waits on. */
+  const held = new Set<Socket>()
+  const waitingOn = new WeakMap<Socket, ServerResponse>()
+  const release = (socket: Socket): void => {
+    if (!held.delete(socket)) return
+    if (!socket.destroyed) addUnfinished(socket)
+    resumeReading(socket)
+  }
+  // Once each exchange under way is answered (the next of a pipeline then follows on), reading
+  // resumes, and the head, still unfinished, is counted as any other.
+  const holdBehind = (socket: Socket): void => {
+    const pending = pendingResponse(socket)
+    if (pending === null || socket.destroyed) {
+      release(socket)
+      return
+    }
+    if (waitingOn.get(socket) === pending) return
+    waitingOn.set(socket, pending)
+    pending.once('close', () => { if (held.has(socket)) holdBehind(socket) })
+  }
   server.on('connection', (socket: Socket) => {
     const mismatch = followHeads(socket, {
       begun: () => {
-        unfinished.add(socket)
-        if (bound.max > 0 && unfinished.size > bound.max && !overBound) {
-          overBound = true
-          setImmediate(closeOverBound)
+        if (pendingResponse(socket) === null) {
+          addUnfinished(socket)
+          return
         }
+        if (!held.has(socket)) stopReading(socket)
+        held.add(socket)
+        holdBehind(socket)
       },
-      whole: () => { unfinished.delete(socket) }
+      whole: () => {
+        unfinished.delete(socket)
+        // Whole in the read that began it: its body, if any, must be read.
+        if (held.delete(socket)) resumeReading(socket)
+      }
     })
     if (mismatch === undefined) {
-      socket.once('close', () => { unfinished.delete(socket) })
+      socket.once('close', () => { unfinished.delete(socket); held.delete(socket) })
     } else if (unfollowedBecause === undefined) {
       unfollowedBecause = mismatch
       unfollowed?.(mismatch)
@@ -103,7 +143,7 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
     boundHeads (max, closed) { bound = { max, closed } },
     status: () => {
       const why = unfollowedBecause === undefined ? (bound.max > 0 ? null : 'no memory limit known') : `not followed: ${unfollowedBecause}`
-      return { maxUnfinishedHeads: why === null ? bound.max : null, unboundedBecause: why, unfinishedHeads: unfinished.size, closedHeadsTotal: closedTotal }
+      return { maxUnfinishedHeads: why === null ? bound.max : null, unboundedBecause: why, unfinishedHeads: unfinished.size, heldHeads: held.size, closedHeadsTotal: closedTotal }
     }
   }
 }

@@ -12,7 +12,8 @@
 //   of the exchange under way on a connection (pendingResponse).
 // - Node's http server feeds a caller's socket to its parser from C++, so pause() does not
 //   stop it; the socket's `_handle.readStop()` (what net.Socket's own pause calls) does
-//   (stopReading).
+//   (stopReading), and `_handle.readStart()` reads again, only while the handle's `reading`
+//   flag says Node itself has not paused it (resumeReading).
 // - Node's http server gives each connection a parser (`socket.parser`) that calls the
 //   function in its slot 0 (HTTPParser.kOnMessageBegin, unset by Node's server) at a
 //   message's first byte, and the one in its slot 2 (kOnHeadersComplete, the same function
@@ -20,7 +21,7 @@
 //   on each parser before use (headSlotsMismatch): the slot numbers on HTTPParser, slot 2's
 //   function name, slot 0 empty; otherwise heads are not followed (waiting-connections.ts).
 //
-// Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.21.0; each
+// Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.22.3; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
 // - test/upstream/socket-internals.test.ts (each function, driven step by step);
 // - test/faults/early-answer.test.ts (an upstream's early 413 before the upload ends);
@@ -29,6 +30,7 @@
 // - test/proxy/refusals.test.ts (a body Node's parser refuses after the head was parsed);
 // - test/overload/waiting-connections.test.ts (a request sent after stopReading; heads
 //   begun behind a request, behind a body, pipelined, told apart from bodies);
+// - test/overload/held-heads.test.ts (reads stopped behind an exchange, resumed after it);
 // - test/upstream/head-slots.test.ts (this Node's parser passes headSlotsMismatch; one that
 //   does not is left untouched).
 import type { ServerResponse } from 'node:http'
@@ -120,9 +122,21 @@ export function pendingResponse (socket: unknown): ServerResponse | null {
   return (socket as { _httpMessage?: ServerResponse | null })._httpMessage ?? null
 }
 
+interface ReadingHandle { reading?: boolean, readStop?: () => number, readStart?: () => number }
+const handleOf = (socket: Socket): ReadingHandle | null | undefined => (socket as unknown as { _handle?: ReadingHandle | null })._handle
+
 /** Stops reading a caller's socket, its HTTP parser's reads included: nothing more it sends is parsed. */
 export function stopReading (socket: Socket): void {
-  (socket as unknown as { _handle?: { readStop?: () => number } | null })._handle?.readStop?.()
+  handleOf(socket)?.readStop?.()
+}
+
+/**
+ * Reads a socket stopReading stopped again, unless Node paused it meanwhile (its writes backed
+ * up: `reading` false), whose own resume then reads again.
+ */
+export function resumeReading (socket: Socket): void {
+  const handle = handleOf(socket)
+  if (!socket.destroyed && handle?.reading === true) handle.readStart?.()
 }
 
 /** Node's HTTPParser.kOnMessageBegin and kOnHeadersComplete: the parser's slots for what it calls at a message's first byte, and once its head is whole. */
