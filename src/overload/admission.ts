@@ -7,7 +7,7 @@ import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } fr
 import type { Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 import { OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './manager.js'
-import { HEADER_STRING_OVERHEAD_BYTES } from './waters.js'
+import { headCost, HEADER_STRING_OVERHEAD_BYTES } from './waters.js'
 
 export { HEADER_STRING_OVERHEAD_BYTES }
 /**
@@ -21,6 +21,17 @@ export function headerCost (rawHeaders: readonly string[]): number {
   let bytes = 0
   for (const text of rawHeaders) bytes += text.length + HEADER_STRING_OVERHEAD_BYTES
   return HEADER_COPIES * bytes
+}
+
+/**
+ * What a request's trailer section may hold while it is in flight: a chunked body may end in
+ * one, which Node's parser holds as it holds a head (up to MAX_HEADER_BYTES and the field
+ * count) until it is whole; unfinished, it grows unseen (100 requests with an unfinished 1 MB
+ * trailer OOM-killed a 128 MiB sidecar at MAX_HEADER_BYTES 1 MiB). Counted as an unfinished
+ * head (waters.ts headCost) for each request whose body is chunked; none for the others.
+ */
+export function trailerCost (req: Pick<IncomingMessage, 'headers'>, maxHeaderBytes: number, maxHeaderCount: number): number {
+  return req.headers['transfer-encoding'] === undefined ? 0 : headCost(maxHeaderBytes, maxHeaderCount)
 }
 
 /**
@@ -77,6 +88,8 @@ export interface AdmissionOptions {
   metrics: Metrics
   accessLog: boolean
   maxHeaderCount: number
+  /** MAX_HEADER_BYTES: what a chunked request's trailers may hold (trailerCost). */
+  maxHeaderBytes: number
   /** MAX_BODY_BYTES: a longer announced body gets no 100 (the request path's body stage answers 413). */
   maxBodyBytes: number
   /** With tracing on: each decision, on the request's span (src/tracing/request.ts). */
@@ -84,14 +97,14 @@ export interface AdmissionOptions {
 }
 
 /**
- * The first thing a new request meets: over a memory water (its announced body and its header
- * fields counted in advance) or the in-flight cap it gets 503 OVERLOADED here, before its body
+ * The first thing a new request meets: over a memory water (its announced body, its header
+ * fields and its trailers counted in advance) or the in-flight cap it gets 503 OVERLOADED here, before its body
  * is read, a token asked or a budget consulted, so nothing goes upstream and nothing is spent.
  * The caller gets a status line, never a dropped connection. A shed request's body is read and
  * discarded, keeping the connection, and the manager is told how much (OverloadManager.discarded):
  * discarded reads are garbage that only a collection frees.
  */
-export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxBodyBytes, traced }: AdmissionOptions): void {
+export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxHeaderBytes, maxBodyBytes, traced }: AdmissionOptions): void {
   server.addHook('onRequest', function admit (request, reply, done) {
     const req = request.raw
     if (tooManyHeaders(req, maxHeaderCount)) {
@@ -102,7 +115,7 @@ export function admitRequests (server: FastifyInstance, { overload, metrics, acc
     }
     // Node's parser has checked the header: digits only, one value.
     const bodyBytes = Number(request.headers['content-length'] ?? 0)
-    const headerBytes = headerCost(req.rawHeaders)
+    const headerBytes = headerCost(req.rawHeaders) + trailerCost(req, maxHeaderBytes, maxHeaderCount)
     const reason = overload.admit(bodyBytes, headerBytes)
     traced?.(reply.raw, reason)
     if (reason === undefined) {

@@ -123,7 +123,7 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)
-  admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
+  admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, maxHeaderBytes: config.listener.maxHeaderBytes, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
   enforcePolicy(proxyServer, config.policy, metrics, config.listener.accessLog, proxyLog)
   await proxyServer.register(requestPath, {
     upstreamUrl: config.upstream.url,
