@@ -30,6 +30,11 @@ export function overloadMetrics (registry: Registry) {
       help: 'The memory limit the overload manager sheds before: MEMORY_LIMIT_BYTES, or the cgroup\'s; 0 when none is known.',
       registers: [registry]
     }),
+    unfollowedConnections: new Counter({
+      name: `${METRIC_PREFIX}overload_unfollowed_connections_total`,
+      help: 'Proxy connections whose unfinished heads could not be followed (Node\'s HTTP parser not the one expected, src/upstream/socket-internals.ts): neither bounded in number nor closed on memory; MAX_CONNECTIONS and admission still hold.',
+      registers: [registry]
+    }),
     idleCollections: new Counter({
       name: `${METRIC_PREFIX}idle_collections_total`,
       help: 'Memory-reducing garbage collections run while the sidecar was quiet: one after start-up, then one after each burst that grew the heap (src/overload/idle-memory.ts).',

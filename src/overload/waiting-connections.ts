@@ -9,12 +9,13 @@
 // exchange's), so the connection is no longer read until that exchange is answered: such a
 // head holds what the read that began it brought, not MAX_HEADER_BYTES, and is counted apart
 // from the bound (`heldHeads`) until reading resumes.
-// Where Node's parser is not the one this was written for (socket-internals.ts headSlotsMismatch),
-// heads are not followed: neither bounded nor closed, said once (`unfollowed`) and on /status;
-// MAX_CONNECTIONS, admission and the memory waters still hold.
+// Where Node's parser is not the one this was written for (socket-internals.ts headSlotsMismatch,
+// or a head whole that never began), that connection's heads are not followed: neither bounded
+// nor closed, told (`unfollowed`) and counted on /status; MAX_CONNECTIONS, admission and the
+// memory waters still hold, and the bound still holds the others.
 import type { Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import { followHeads, pendingResponse, resumeReading, stopReading } from '../upstream/socket-internals.js'
+import { followHeads, pendingResponse, resumeReading, stopReading, unfollowHeads } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
@@ -35,9 +36,12 @@ export interface WaitingConnections {
 }
 
 export interface HeadsStatus {
-  /** null: unbounded (`unboundedBecause` says why). */
+  /** null: unbounded (`unboundedBecause` says why). Followed connections only. */
   maxUnfinishedHeads: number | null
   unboundedBecause: string | null
+  /** Open connections whose heads are not followed (neither bounded nor closed on memory), and why the first was not. */
+  unfollowedConnections: number
+  unfollowedBecause: string | null
   unfinishedHeads: number
   /** Unfinished heads begun behind an exchange under way, their connections not read until it is answered: not in unfinishedHeads. */
   heldHeads: number
@@ -47,8 +51,8 @@ export interface HeadsStatus {
 export interface WaitingOptions {
   /** Writes the answer and ends the socket (it is destroyed once that is flushed). */
   answerHead: (socket: Socket) => void
-  /** Told once, at the first connection whose heads cannot be followed, why. */
-  unfollowed?: (why: string) => void
+  /** Told of each connection whose heads cannot be followed, why, and whether it is the first. */
+  unfollowed?: (why: string, first: boolean) => void
 }
 
 /** Follows `server`'s connections. Call before gateConnections: the gate hands on only the connections it admits. */
@@ -58,8 +62,18 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
   let bound = { max: 0, closed: (_heads: number): void => {} }
   let overBound = false
   let closedTotal = 0
-  /** Why heads are not followed, once a connection showed it. */
+  /** Why heads are not followed, once a connection showed it; the open connections not followed. */
   let unfollowedBecause: string | undefined
+  const unfollowedOpen = new Set<Socket>()
+  const notFollowed = (socket: Socket, why: string): void => {
+    unfollowedOpen.add(socket)
+    socket.once('close', () => { unfollowedOpen.delete(socket) })
+    const first = unfollowedBecause === undefined
+    unfollowedBecause ??= why
+    unfollowed?.(why, first)
+  }
+  /** Sockets whose head began and is not yet whole: a whole head that never began means the parser calls its slots otherwise. */
+  const inHead = new WeakSet<Socket>()
   const shedHeads = (count: number, keep = 0): number => {
     let shed = 0
     for (const socket of unfinished) {
@@ -116,6 +130,7 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
   server.on('connection', (socket: Socket) => {
     const mismatch = followHeads(socket, {
       begun: () => {
+        inHead.add(socket)
         if (pendingResponse(socket) === null) {
           addUnfinished(socket)
           return
@@ -125,25 +140,34 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
         holdBehind(socket)
       },
       whole: () => {
+        if (!inHead.delete(socket)) {
+          unfollowHeads(socket)
+          notFollowed(socket, 'a head was whole that never began: the parser calls its slots otherwise')
+          return
+        }
         unfinished.delete(socket)
         // Whole in the read that began it: its body, if any, must be read.
         if (held.delete(socket)) resumeReading(socket)
       }
     })
-    if (mismatch === undefined) {
-      socket.once('close', () => { unfinished.delete(socket); held.delete(socket) })
-    } else if (unfollowedBecause === undefined) {
-      unfollowedBecause = mismatch
-      unfollowed?.(mismatch)
-    }
+    if (mismatch === undefined) socket.once('close', () => { unfinished.delete(socket); held.delete(socket) })
+    else notFollowed(socket, mismatch)
   })
   return {
     shedHeads,
     heads: () => unfinished.size,
     boundHeads (max, closed) { bound = { max, closed } },
     status: () => {
-      const why = unfollowedBecause === undefined ? (bound.max > 0 ? null : 'no memory limit known') : `not followed: ${unfollowedBecause}`
-      return { maxUnfinishedHeads: why === null ? bound.max : null, unboundedBecause: why, unfinishedHeads: unfinished.size, heldHeads: held.size, closedHeadsTotal: closedTotal }
+      const bounded = bound.max > 0
+      return {
+        maxUnfinishedHeads: bounded ? bound.max : null,
+        unboundedBecause: bounded ? null : 'no memory limit known',
+        unfollowedConnections: unfollowedOpen.size,
+        unfollowedBecause: unfollowedBecause ?? null,
+        unfinishedHeads: unfinished.size,
+        heldHeads: held.size,
+        closedHeadsTotal: closedTotal
+      }
     }
   }
 }

@@ -116,7 +116,10 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   // memory nears the limit. Followed before the gate, which hands on only what it admits.
   const waiting = followWaiting(proxyServer.server, {
     answerHead: (socket) => { endOverloaded(socket, metrics) },
-    unfollowed: (why) => { proxyLog.warn({ why }, 'unfinished request heads not followed (Node\'s HTTP parser is not the one expected): not bounded in number nor closed on memory, MAX_CONNECTIONS and admission still hold') }
+    unfollowed: (why, first) => {
+      metrics.unfollowedConnections.inc()
+      if (first) proxyLog.warn({ why }, 'unfinished request heads not followed (Node\'s HTTP parser is not the one expected): not bounded in number nor closed on memory, MAX_CONNECTIONS and admission still hold')
+    }
   })
   const cost = headCost(config.listener.maxHeaderBytes, config.listener.maxHeaderCount)
   overload.closeWaitingOnMemory(waiting, cost, keptHeads(cost))

@@ -202,3 +202,8 @@ export function followHeads (socket: Socket, watch: HeadWatch): string | undefin
   watches.set(socket, watch)
   return undefined
 }
+
+/** Stops calling `socket`'s watch (its parser is left as it is: the functions find no watch). */
+export function unfollowHeads (socket: Socket): void {
+  watches.delete(socket)
+}

@@ -22,7 +22,7 @@ t.test('no memory limit: the start log and /status say the heads are unbounded, 
   const { adminUrl, logs } = await startSidecar(t, upstream.url, { MEMORY_LIMIT_BYTES: '0' })
   const line = logs.entries().find((e) => typeof e.msg === 'string' && e.msg.startsWith('no memory limit known'))
   t.equal(line?.maxUnfinishedHeads, 'unbounded: no memory limit known', 'not 0')
-  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: null, unboundedBecause: 'no memory limit known', unfinishedHeads: 0, heldHeads: 0, closedHeadsTotal: 0 })
+  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: null, unboundedBecause: 'no memory limit known', unfollowedConnections: 0, unfollowedBecause: null, unfinishedHeads: 0, heldHeads: 0, closedHeadsTotal: 0 })
 })
 
 t.test('/status: the bound, the unfinished heads now, and those closed since start', async (t) => {
@@ -31,11 +31,11 @@ t.test('/status: the bound, the unfinished heads now, and those closed since sta
   const bound = headsBound(SMALL_LIMIT, headCost(16 * 1024, 100))
   t.equal(bound, KEPT_HEADS)
   t.equal(logs.entries().find((e) => e.msg === 'memory limit known: new requests are shed before it')?.maxUnfinishedHeads, bound)
-  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: bound, unboundedBecause: null, unfinishedHeads: 0, heldHeads: 0, closedHeadsTotal: 0 })
+  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: bound, unboundedBecause: null, unfollowedConnections: 0, unfollowedBecause: null, unfinishedHeads: 0, heldHeads: 0, closedHeadsTotal: 0 })
   const port = (app.proxy.server.address() as { port: number }).port
   const heads: RecordingPeer[] = []
   for (let i = 0; i < bound + 3; i++) heads.push(await recordingPeer(t, port, `GET /v2/store/h${i} HTTP/1.1\r\nHost: x\r\n`))
   await eventually(t, 'three closed', () => heads.filter((h) => h.closed()).length === 3)
   await eventually(t, '/status counts them', async () => (await headsOf(adminUrl))?.closedHeadsTotal === 3)
-  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: bound, unboundedBecause: null, unfinishedHeads: bound, heldHeads: 0, closedHeadsTotal: 3 })
+  t.same(await headsOf(adminUrl), { maxUnfinishedHeads: bound, unboundedBecause: null, unfollowedConnections: 0, unfollowedBecause: null, unfinishedHeads: bound, heldHeads: 0, closedHeadsTotal: 3 })
 })

@@ -2,8 +2,8 @@
 // parser. It checks first that the slots are what it was written for: the numbers on
 // HTTPParser, Node's own parserOnHeadersComplete in slot 2, nothing of Node's in slot 0. A
 // parser that is not (a Node upgrade that renumbers or repurposes them) is left untouched and
-// its heads unfollowed: waiting-connections.ts then says so once, and /status says why the
-// heads are unbounded. The mismatches are simulated on stand-in sockets; the real parser of
+// its heads unfollowed: waiting-connections.ts tells of each such connection, and /status counts
+// them while the bound still holds the others. The mismatches are simulated on stand-in sockets; the real parser of
 // this Node must pass.
 import { EventEmitter } from 'node:events'
 import { createServer, type Server } from 'node:http'
@@ -74,14 +74,39 @@ t.test('this Node\'s own parser passes the check', async (t) => {
   t.equal(mismatch, undefined)
 })
 
-t.test('waiting connections on a parser not as expected: said once, none followed, /status says why they are unbounded', async (t) => {
+t.test('waiting connections on a parser not as expected: each told and counted, none followed, the bound still holds the others', async (t) => {
+  const server = new EventEmitter() as unknown as Server
+  const told: Array<[string, boolean]> = []
+  const waiting = followWaiting(server, { answerHead: () => {}, unfollowed: (why, first) => { told.push([why, first]) } })
+  waiting.boundHeads(10, () => {})
+  const sockets = Array.from({ length: 3 }, () => socketWith(HTTPParser, { 0: null, 2: parserOnHeaders }))
+  for (const socket of sockets) server.emit('connection', socket)
+  t.same(told.map(([, first]) => first), [true, false, false], 'each told, the first as such')
+  t.match(told[0]?.[0], /slot 2 holds function parserOnHeaders/)
+  const followed = socketWith(HTTPParser, { 0: null, 2: parserOnHeadersComplete })
+  server.emit('connection', followed)
+  ;(followed.parser[0] as () => void).call(followed.parser)
+  t.equal(waiting.heads(), 1, 'a head on the followed connection counted')
+  t.match(waiting.status(), { maxUnfinishedHeads: 10, unboundedBecause: null, unfollowedConnections: 3, unfollowedBecause: /^the parser's slot 2/, unfinishedHeads: 1 })
+  sockets[0]!.emit('close')
+  t.equal(waiting.status().unfollowedConnections, 2, 'open ones only')
+})
+
+t.test('a head whole that never began: that connection no longer followed, told, the others still', async (t) => {
   const server = new EventEmitter() as unknown as Server
   const told: string[] = []
   const waiting = followWaiting(server, { answerHead: () => {}, unfollowed: (why) => { told.push(why) } })
   waiting.boundHeads(10, () => {})
-  for (let i = 0; i < 3; i++) server.emit('connection', socketWith(HTTPParser, { 0: null, 2: parserOnHeaders }))
-  t.equal(told.length, 1, 'said once')
-  t.match(told[0], /slot 2 holds function parserOnHeaders/)
-  t.equal(waiting.heads(), 0)
-  t.match(waiting.status(), { maxUnfinishedHeads: null, unboundedBecause: /^not followed: the parser's slot 2/, unfinishedHeads: 0, closedHeadsTotal: 0 })
+  const odd = socketWith(HTTPParser, { 0: null, 2: parserOnHeadersComplete })
+  const fine = socketWith(HTTPParser, { 0: null, 2: parserOnHeadersComplete })
+  server.emit('connection', odd)
+  server.emit('connection', fine)
+  // Slot 2 called without slot 0: the parser no longer calls them as followHeads expects.
+  ;(odd.parser[2] as () => void).call(odd.parser)
+  t.match(told, [/a head was whole that never began/])
+  ;(odd.parser[0] as () => void).call(odd.parser)
+  t.equal(waiting.heads(), 0, 'its heads no longer followed')
+  ;(fine.parser[0] as () => void).call(fine.parser)
+  t.equal(waiting.heads(), 1, 'the other\'s still')
+  t.match(waiting.status(), { maxUnfinishedHeads: 10, unfollowedConnections: 1, unfollowedBecause: /never began/ })
 })
