@@ -7,7 +7,7 @@ import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } fr
 import type { Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 import { OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './manager.js'
-import { headCost, HEADER_STRING_OVERHEAD_BYTES } from './waters.js'
+import { headCost, HEADER_STRING_OVERHEAD_BYTES, keptHeads } from './waters.js'
 
 export { HEADER_STRING_OVERHEAD_BYTES }
 /**
@@ -31,8 +31,11 @@ export function headerCost (rawHeaders: readonly string[]): number {
  * head (waters.ts headCost) for each request whose body is chunked; none for the others.
  */
 export function trailerCost (req: Pick<IncomingMessage, 'headers'>, maxHeaderBytes: number, maxHeaderCount: number): number {
-  return req.headers['transfer-encoding'] === undefined ? 0 : headCost(maxHeaderBytes, maxHeaderCount)
+  return hasChunkedBody(req) ? headCost(maxHeaderBytes, maxHeaderCount) : 0
 }
+
+/** Whether a request's body is chunked, so may end in trailers (Node's parser refuses Transfer-Encoding other than chunked last). */
+export const hasChunkedBody = (req: Pick<IncomingMessage, 'headers'>): boolean => req.headers['transfer-encoding'] !== undefined
 
 /**
  * MAX_HEADER_COUNT, enforced twice. Node 24's parser fails a head with more fields than
@@ -63,6 +66,26 @@ export function headOverflowError (head: Buffer | undefined, maxHeaderCount: num
     for (let i = 0; i < head.length && lines < overCount; i++) if (head[i] === 0x0a) lines += 1
   }
   return lines >= overCount ? new HeaderCountError(maxHeaderCount) : new HeadersTooLargeError(maxHeaderBytes)
+}
+
+/**
+ * A shed request's chunked body is read to be discarded, its trailers with it, which grow in the
+ * parser uncounted (100 shed requests with unfinished 1 MB trailers OOM-killed a 128 MiB
+ * sidecar). At most `max` are read at once (keptHeads: as many heads as the kept ones, 3 MiB);
+ * `begin` says whether one more may be, and counts it until it closes: beyond, its connection
+ * closes after the answer.
+ */
+export function boundChunkedDiscards (max: number): { begin: (req: IncomingMessage) => boolean, reading: () => number } {
+  let reading = 0
+  return {
+    begin (req) {
+      if (reading >= max) return false
+      reading += 1
+      req.once('close', () => { reading -= 1 })
+      return true
+    },
+    reading: () => reading
+  }
 }
 
 /** Requests that asked for `100 Continue` (RFC 9110 §10.1.1): it is sent only once they are admitted. */
@@ -105,6 +128,7 @@ export interface AdmissionOptions {
  * discarded reads are garbage that only a collection frees.
  */
 export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxHeaderBytes, maxBodyBytes, traced }: AdmissionOptions): void {
+  const chunkedDiscards = boundChunkedDiscards(keptHeads(headCost(maxHeaderBytes, maxHeaderCount)))
   server.addHook('onRequest', function admit (request, reply, done) {
     const req = request.raw
     if (tooManyHeaders(req, maxHeaderCount)) {
@@ -126,6 +150,7 @@ export function admitRequests (server: FastifyInstance, { overload, metrics, acc
     }
     // Flowing from here: Node then does not read it again to discard it after the answer.
     req.on('data', (chunk: Buffer) => { overload.discarded(chunk.length) })
+    if (hasChunkedBody(req) && !chunkedDiscards.begin(req)) reply.header('connection', 'close')
     // Counted and logged like every answer (the request path's own hook does not run for it).
     observeExchange(request, reply.raw, metrics, accessLog)
     sendError(reply, new OverloadedError(), metrics, { retryAfterSeconds: OVERLOAD_RETRY_AFTER_S })
