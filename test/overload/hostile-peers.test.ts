@@ -11,8 +11,9 @@
 // a final status line (a 1xx is not one); every unfinished head answered (408/431/503) or
 // closed within the listener's header timeout plus slack; only the statuses each kind is owed;
 // nothing upstream that should not get there (431 and 413 never do); a plain call answered 200
-// afterwards. Alive: known open (OOM_OPEN), reported as a todo until it holds. Each schedule's
-// cgroup peak and worst /livez latency are printed.
+// afterwards, and alive after every schedule (a todo until the heads behind an exchange and
+// the chunked trailers were bounded too, 2026-12-02). Each schedule's cgroup peak and worst
+// /livez latency are printed.
 //
 // 2026-12-02, 2 shared vCPUs, Node 24.22.3, `nice -n 10 tap <this file>`, other sessions' tests
 // running (load 6–12). At rest, 3 runs: 51, 50, 77 s; peaks per schedule 68.9–114.9 MiB,
@@ -107,8 +108,6 @@ const GROWING_HEADS_THEN_ADMIN_FLOOD: Wave[] = [
  * ended in an OOM kill in a generated one after five others (memory kept from earlier floods).
  * Such a death is reported, not failed (every other promise is).
  */
-const OOM_OPEN = 'known open: floods on both listeners together after several others may still outgrow 128 MiB'
-
 t.test('the built sidecar in a 128 MiB memory cgroup holds every schedule of hostile peers on both listeners', { skip: typeof cgroup === 'string' ? cgroup : false }, async (t) => {
   if (typeof cgroup === 'string') return
   const env = { MAX_BODY_BYTES: String(HOSTILE_MAX_BODY_BYTES) }
@@ -142,5 +141,5 @@ t.test('the built sidecar in a 128 MiB memory cgroup holds every schedule of hos
     if (failures.length > 0) throw new Error(failures.join('\n'))
   })
   await checkProperty(t, 'every schedule: /livez never failing for a liveness period, every whole head a final status, every unfinished one answered or closed in time, nothing upstream that should not be', property, { numRuns: SCHEDULES, timeLimitMs: 75_000 })
-  t.same(deaths, [], 'no schedule killed the sidecar', { todo: OOM_OPEN })
+  t.same(deaths, [], 'no schedule killed the sidecar')
 })
