@@ -43,7 +43,7 @@ export interface HeadsStatus {
   unfollowedConnections: number
   unfollowedBecause: string | null
   unfinishedHeads: number
-  /** Unfinished heads begun behind an exchange under way, their connections not read until it is answered: not in unfinishedHeads. */
+  /** Unfinished heads begun behind an exchange under way (beyond readBehind, not read until it is answered): not in unfinishedHeads. */
   heldHeads: number
   closedHeadsTotal: number
 }
@@ -53,10 +53,15 @@ export interface WaitingOptions {
   answerHead: (socket: Socket) => void
   /** Told of each connection whose heads cannot be followed, why, and whether it is the first. */
   unfollowed?: (why: string, first: boolean) => void
+  /**
+   * Heads begun behind an exchange under way that are read on as usual; beyond them, such a
+   * connection is not read until the exchange is answered (0, the default: none read on).
+   */
+  readBehind?: number
 }
 
 /** Follows `server`'s connections. Call before gateConnections: the gate hands on only the connections it admits. */
-export function followWaiting (server: Server, { answerHead, unfollowed }: WaitingOptions): WaitingConnections {
+export function followWaiting (server: Server, { answerHead, unfollowed, readBehind = 0 }: WaitingOptions): WaitingConnections {
   /** The sockets holding an unfinished head; a Set iterates in insertion order: the oldest head first. */
   const unfinished = new Set<Socket>()
   let bound = { max: 0, closed: (_heads: number): void => {} }
@@ -107,13 +112,19 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
       setImmediate(closeOverBound)
     }
   }
-  /** Connections holding a head begun behind an exchange under way, not read meanwhile; the response each waits on. */
+  /**
+   * Connections holding a head begun behind an exchange under way, and the response each waits
+   * on; `paused`, those not read meanwhile (all beyond `readBehind`). Read on, a head split
+   * across reads is whole before Node's header timeout; paused, it holds what the read that
+   * began it brought, and the caller's leaving is not seen until reading resumes.
+   */
   const held = new Set<Socket>()
+  const paused = new Set<Socket>()
   const waitingOn = new WeakMap<Socket, ServerResponse>()
   const release = (socket: Socket): void => {
     if (!held.delete(socket)) return
     if (!socket.destroyed) addUnfinished(socket)
-    resumeReading(socket)
+    if (paused.delete(socket)) resumeReading(socket)
   }
   // Once each exchange under way is answered (the next of a pipeline then follows on), reading
   // resumes, and the head, still unfinished, is counted as any other.
@@ -135,8 +146,13 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
           addUnfinished(socket)
           return
         }
-        if (!held.has(socket)) stopReading(socket)
-        held.add(socket)
+        if (!held.has(socket)) {
+          held.add(socket)
+          if (held.size - paused.size > readBehind) {
+            stopReading(socket)
+            paused.add(socket)
+          }
+        }
         holdBehind(socket)
       },
       whole: () => {
@@ -147,10 +163,10 @@ export function followWaiting (server: Server, { answerHead, unfollowed }: Waiti
         }
         unfinished.delete(socket)
         // Whole in the read that began it: its body, if any, must be read.
-        if (held.delete(socket)) resumeReading(socket)
+        if (held.delete(socket) && paused.delete(socket)) resumeReading(socket)
       }
     })
-    if (mismatch === undefined) socket.once('close', () => { unfinished.delete(socket); held.delete(socket) })
+    if (mismatch === undefined) socket.once('close', () => { unfinished.delete(socket); held.delete(socket); paused.delete(socket) })
     else notFollowed(socket, mismatch)
   })
   return {

@@ -114,14 +114,17 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   if (tracing !== undefined) proxyServer.addHook('onRequest', (request, reply, done) => { tracing.begin(request, reply.raw); done() })
   // Unfinished heads grow where admission cannot see them: closed, oldest first, as private
   // memory nears the limit. Followed before the gate, which hands on only what it admits.
+  const cost = headCost(config.listener.maxHeaderBytes, config.listener.maxHeaderCount)
   const waiting = followWaiting(proxyServer.server, {
     answerHead: (socket) => { endOverloaded(socket, metrics) },
+    // Pipelining callers' heads behind an exchange are read on, as many as the kept heads (what
+    // fits 3 MiB): beyond them, reading stops until the exchange is answered.
+    readBehind: keptHeads(cost),
     unfollowed: (why, first) => {
       metrics.unfollowedConnections.inc()
       if (first) proxyLog.warn({ why }, 'unfinished request heads not followed (Node\'s HTTP parser is not the one expected): not bounded in number nor closed on memory, MAX_CONNECTIONS and admission still hold')
     }
   })
-  const cost = headCost(config.listener.maxHeaderBytes, config.listener.maxHeaderCount)
   overload.closeWaitingOnMemory(waiting, cost, keptHeads(cost))
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
