@@ -91,6 +91,8 @@ t.test('what a caller reads is never more than the fleet really has, Redis answe
     }
     if (redis.frozen) redis.thaw()
   }), { numRuns: 6, endOnFailure: true })
-  t.ok(checked > 30, `${checked} answers checked`)
+  // Six runs of 5–20 steps, four in five a call: 52 answers checked at the median, 28 the
+  // fewest in 2,000 seeds, under 31 in 0.45 % of them (one full run failed `> 30` so).
+  t.ok(checked >= 20, `${checked} answers checked`)
   t.ok(told.left > 0 && told.none > 0, `some answers said budget was left (${told.left}), some none (${told.none})`)
 })
