@@ -7,7 +7,7 @@ import { HeaderCountError, HeadersTooLargeError, OverloadedError, sendError } fr
 import type { Metrics } from '../metrics.js'
 import { observeExchange } from '../proxy/plugin.js'
 import { OVERLOAD_RETRY_AFTER_S, type OverloadManager } from './manager.js'
-import { headCost, HEADER_STRING_OVERHEAD_BYTES, keptHeads } from './waters.js'
+import { HEADER_STRING_OVERHEAD_BYTES, keptHeads } from './waters.js'
 
 export { HEADER_STRING_OVERHEAD_BYTES }
 /**
@@ -30,8 +30,8 @@ export function headerCost (rawHeaders: readonly string[]): number {
  * trailer OOM-killed a 128 MiB sidecar at MAX_HEADER_BYTES 1 MiB). Counted as an unfinished
  * head (waters.ts headCost) for each request whose body is chunked; none for the others.
  */
-export function trailerCost (req: Pick<IncomingMessage, 'headers'>, maxHeaderBytes: number, maxHeaderCount: number): number {
-  return hasChunkedBody(req) ? headCost(maxHeaderBytes, maxHeaderCount) : 0
+export function trailerCost (req: Pick<IncomingMessage, 'headers'>, headBytes: number): number {
+  return hasChunkedBody(req) ? headBytes : 0
 }
 
 /** Whether a request's body is chunked, so may end in trailers (Node's parser refuses Transfer-Encoding other than chunked last). */
@@ -111,8 +111,8 @@ export interface AdmissionOptions {
   metrics: Metrics
   accessLog: boolean
   maxHeaderCount: number
-  /** MAX_HEADER_BYTES: what a chunked request's trailers may hold (trailerCost). */
-  maxHeaderBytes: number
+  /** What one unfinished head holds (waters.ts headCost of MAX_HEADER_BYTES and MAX_HEADER_COUNT): a chunked request's trailers may hold as much (trailerCost). */
+  headBytes: number
   /** MAX_BODY_BYTES: a longer announced body gets no 100 (the request path's body stage answers 413). */
   maxBodyBytes: number
   /** With tracing on: each decision, on the request's span (src/tracing/request.ts). */
@@ -127,8 +127,8 @@ export interface AdmissionOptions {
  * discarded, keeping the connection, and the manager is told how much (OverloadManager.discarded):
  * discarded reads are garbage that only a collection frees.
  */
-export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, maxHeaderBytes, maxBodyBytes, traced }: AdmissionOptions): void {
-  const chunkedDiscards = boundChunkedDiscards(keptHeads(headCost(maxHeaderBytes, maxHeaderCount)))
+export function admitRequests (server: FastifyInstance, { overload, metrics, accessLog, maxHeaderCount, headBytes, maxBodyBytes, traced }: AdmissionOptions): void {
+  const chunkedDiscards = boundChunkedDiscards(keptHeads(headBytes))
   server.addHook('onRequest', function admit (request, reply, done) {
     const req = request.raw
     if (tooManyHeaders(req, maxHeaderCount)) {
@@ -139,7 +139,7 @@ export function admitRequests (server: FastifyInstance, { overload, metrics, acc
     }
     // Node's parser has checked the header: digits only, one value.
     const bodyBytes = Number(request.headers['content-length'] ?? 0)
-    const headerBytes = headerCost(req.rawHeaders) + trailerCost(req, maxHeaderBytes, maxHeaderCount)
+    const headerBytes = headerCost(req.rawHeaders) + trailerCost(req, headBytes)
     const reason = overload.admit(bodyBytes, headerBytes)
     traced?.(reply.raw, reason)
     if (reason === undefined) {

@@ -115,21 +115,22 @@ export async function createProxyServer (config: Config, log: Logger, { tokens, 
   // Unfinished heads grow where admission cannot see them: closed, oldest first, as private
   // memory nears the limit. Followed before the gate, which hands on only what it admits.
   const cost = headCost(config.listener.maxHeaderBytes, config.listener.maxHeaderCount)
+  const kept = keptHeads(cost)
   const waiting = followWaiting(proxyServer.server, {
     answerHead: (socket) => { endOverloaded(socket, metrics) },
     // Pipelining callers' heads behind an exchange are read on, as many as the kept heads (what
     // fits 3 MiB): beyond them, reading stops until the exchange is answered.
-    readBehind: keptHeads(cost),
+    readBehind: kept,
     unfollowed: (why, first) => {
       metrics.unfollowedConnections.inc()
       if (first) proxyLog.warn({ why }, 'unfinished request heads not followed (Node\'s HTTP parser is not the one expected): not bounded in number nor closed on memory, MAX_CONNECTIONS and admission still hold')
     }
   })
-  overload.closeWaitingOnMemory(waiting, cost, keptHeads(cost))
+  overload.closeWaitingOnMemory(waiting, cost, kept)
   if (config.overload.maxConnections > 0) gateConnections(proxyServer.server, overload, metrics)
   limitHeaderCount(proxyServer, config.listener.maxHeaderCount)
   continueOnlyWhenAdmitted(proxyServer)
-  admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, maxHeaderBytes: config.listener.maxHeaderBytes, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
+  admitRequests(proxyServer, { overload, metrics, accessLog: config.listener.accessLog, maxHeaderCount: config.listener.maxHeaderCount, headBytes: cost, maxBodyBytes: config.listener.maxBodyBytes, ...(tracing === undefined ? {} : { traced: tracing.overload }) })
   enforcePolicy(proxyServer, config.policy, metrics, config.listener.accessLog, proxyLog)
   await proxyServer.register(requestPath, {
     upstreamUrl: config.upstream.url,
