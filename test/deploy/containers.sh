@@ -138,6 +138,21 @@ trap 'aborted=1' ERR
 trap 'aborted=1; exit 130' INT TERM
 trap cleanup EXIT
 
+# free_ports N: N distinct free loopback ports for the host side of published ports, held
+# together while chosen (two picks one at a time may draw the same port) and below the
+# kernel's ephemeral range, so no outgoing connection takes one before podman binds it.
+free_ports () { node -e '
+  const net = require("node:net")
+  const [low] = require("node:fs").readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number)
+  const held = []
+  const pick = () => {
+    if (held.length === Number(process.argv[1])) {
+      console.log(held.map((s) => s.address().port).join(" ")); for (const s of held) s.close(); return
+    }
+    const s = net.createServer().once("error", pick)
+    s.listen(10_000 + Math.floor(Math.random() * (low - 10_000)), "127.0.0.1", () => { held.push(s); pick() })
+  }
+  pick()' "$1"; }
 wait_for () { # wait_for seconds command...: retries every 0.5 s
   local deadline=$(( $(date +%s) + $1 )); shift
   until "$@"; do
@@ -252,8 +267,8 @@ podman network rm -f "$run-net" >/dev/null
 
 # --- 3. docker-compose.yml with podman-compose --------------------------------------------
 echo "== podman-compose ($(elapsed))"
-# 127.0.0.1:9090 may be taken by a developer's demo: let the kernel pick the host port.
-STORE_AUTH_PROXY_ADMIN_PORT=$(node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close() })")
+# 127.0.0.1:9090 may be taken by a developer's demo: a free host port instead.
+STORE_AUTH_PROXY_ADMIN_PORT=$(free_ports 1)
 export STORE_AUTH_PROXY_ADMIN_PORT
 # --build: never test an image left over from another checkout (every layer is cached).
 t0=$(date +%s%N)
@@ -317,6 +332,14 @@ up_profile () {
     || { grep -v systemd "/tmp/$run-$name.log" | tail -40; not_ok "podman-compose up (profile $name)"; exit 1; }
   rm -f "/tmp/$run-$name.log"
   echo "podman-compose up -d ($name) took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  # podman-compose 1.0.3 exits 0 when a container fails to start (a host port taken, say).
+  local service state stopped=0
+  for service in "$@"; do
+    state=$(podman inspect --format '{{.State.Status}} {{.State.Error}}' "${run}_${service}_1" 2>&1 || true)
+    [ "${state%% *}" = running ] || { echo "  ${service}: ${state:-missing}"; stopped=$((stopped + 1)); }
+  done
+  check "podman-compose up starts every container of the profile $name" eq "$stopped" 0
+  [ "$stopped" -eq 0 ] || exit 1
 }
 
 # stop_profile NAME NETWORK CONTAINER...: stops a profile's containers (each must exit 0),
@@ -339,9 +362,8 @@ stop_profile () {
 
 # --- 4. the compose profile fleet: two sidecars sharing budgets through Redis ----------------
 echo "== podman-compose, profile fleet ($(elapsed))"
-free_port () { node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close() })"; }
-STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A=$(free_port)
-STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B=$(free_port)
+ports=$(free_ports 2)
+read -r STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B <<<"$ports"
 export STORE_AUTH_PROXY_FLEET_ADMIN_PORT_A STORE_AUTH_PROXY_FLEET_ADMIN_PORT_B
 up_profile fleet redis fleet-caller-a fleet-sidecar-a fleet-caller-b fleet-sidecar-b
 redis="${run}_redis_1" fleet_a="${run}_fleet-sidecar-a_1" fleet_b="${run}_fleet-sidecar-b_1"
@@ -411,7 +433,7 @@ stop_profile fleet fleet-redis "$redis" "$caller_a" "$fleet_a" "$caller_b" "$fle
 
 # --- 5. the compose profile egress: the sidecar behind an authenticating egress proxy ------
 echo "== podman-compose, profile egress ($(elapsed))"
-STORE_AUTH_PROXY_EGRESS_ADMIN_PORT=$(free_port)
+STORE_AUTH_PROXY_EGRESS_ADMIN_PORT=$(free_ports 1)
 export STORE_AUTH_PROXY_EGRESS_ADMIN_PORT
 egress_services=(egress-stand-in egress-proxy egress-caller egress-sidecar)
 # The proxy's image is built (tinyproxy from Debian's archive, on the local node base; cached
@@ -469,8 +491,8 @@ podman build --pull=never --format docker -t "$recorder_image" "$repo/test/deplo
   || { tail -20 "/tmp/$run-recorder.log"; not_ok "the stand-in collector's image builds"; exit 1; }
 rm -f "/tmp/$run-recorder.log"
 STORE_AUTH_PROXY_TRACING_IMAGE=$recorder_image
-STORE_AUTH_PROXY_TRACING_UI_PORT=$(free_port)
-STORE_AUTH_PROXY_TRACING_ADMIN_PORT=$(free_port)
+ports=$(free_ports 2)
+read -r STORE_AUTH_PROXY_TRACING_UI_PORT STORE_AUTH_PROXY_TRACING_ADMIN_PORT <<<"$ports"
 export STORE_AUTH_PROXY_TRACING_IMAGE STORE_AUTH_PROXY_TRACING_UI_PORT STORE_AUTH_PROXY_TRACING_ADMIN_PORT
 up_profile tracing stand-in jaeger tracing-caller tracing-sidecar
 collector="${run}_jaeger_1" tracing_sidecar="${run}_tracing-sidecar_1" tracing_caller="${run}_tracing-caller_1"
