@@ -1,5 +1,6 @@
 // What a sidecar of the fleet decides without Redis, from its own ledger: its share of each
-// limit (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE), and from when it is
+// limit (floor(limit / the fleet size or the largest declared); none without
+// RATE_LIMIT_FLEET_SIZE), and from when it is
 // safe to spend. Part of the fleet's store (fleet-store.ts), loaded only with Redis.
 import type { Limit } from '../config/rate-limit-rules.js'
 import type { Ledger } from './ledger.js'
@@ -22,13 +23,20 @@ export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFl
   bornAt: number
   /** Asks Redis at once whether it answers again: called by every take decided alone. */
   probeSoon: () => void
+  /**
+   * The largest RATE_LIMIT_FLEET_SIZE on record in Redis at the last script (0: none told): in
+   * a rollout raising it, that many may run at once (assumption 1), whatever this one declares.
+   */
+  largestDeclared: () => number
 }
 
-export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon }: AloneOptions) {
+export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon, largestDeclared }: AloneOptions) {
+  /** How many may be spending at once: the fleet's size, or the largest size declared if more. */
+  const spenders = (): number => Math.max(view.size, largestDeclared())
   /** Share of a limit this sidecar may spend on its own: none without RATE_LIMIT_FLEET_SIZE. */
-  const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / view.size)
-  /** A fleet of one, declared and never contradicted: its ledger is the whole tally. */
-  const oneOfOne = (): boolean => fleetFloor === 1 && view.size === 1
+  const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / spenders())
+  /** A fleet of one, declared and never contradicted (by a size present or declared): its ledger is the whole tally. */
+  const oneOfOne = (): boolean => fleetFloor === 1 && spenders() === 1
 
   return {
     shareOf,

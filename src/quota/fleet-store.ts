@@ -91,7 +91,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const { setState, learn } = reporting
   const conversation = createConversation({ view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown })
   const { fallBack, reassert, schedule } = conversation
-  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon })
+  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, largestDeclared: () => member.sizes?.hi ?? 0 })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
     const id = nextId()

@@ -30,28 +30,34 @@ function fakeRedis () {
     lost: false,
     fleetSize: 2,
     present: 2,
+    /** The smallest and largest RATE_LIMIT_FLEET_SIZE on record, as the scripts tell them (kept on the member). */
+    sizes: undefined as { lo: number, hi: number } | undefined,
     lastError: undefined as unknown,
     answer: (_scope: string, _id: string): Partial<TakeReply> => ({ code: 'ok' })
   }
   let listener: ((up: boolean, err?: unknown) => void) | undefined
   const fail = (): never => { throw new Error('Command timed out') }
+  const noteSizes = (m: Member): void => { if (state.sizes !== undefined) m.sizes = state.sizes }
   const redis = {
     displayUrl: 'redis://127.0.0.1:6379',
     async readClock () { calls.push('time'); if (!state.up) fail() },
-    async take (_m: Member, scope: string, _l: unknown, id: string): Promise<TakeReply> {
+    async take (m: Member, scope: string, _l: unknown, id: string): Promise<TakeReply> {
       calls.push(`take ${scope}`)
       if (!state.up) fail()
+      noteSizes(m)
       return { code: 'ok', ms: 0, fleetSize: state.fleetSize, present: state.present, ...state.answer(scope, id) }
     },
-    async reassert (_m: Member, limits: ReassertLimit[]) {
+    async reassert (m: Member, limits: ReassertLimit[]) {
       calls.push('reassert')
       if (!state.up) fail()
+      noteSizes(m)
       reasserted.push(limits)
       return { late: false, lost: state.lost, fleetSize: state.fleetSize, present: state.present, epoch: 'e:1', epochAgeMs: 60_000 }
     },
-    async heartbeat () {
+    async heartbeat (m: Member) {
       calls.push('heartbeat')
       if (!state.up) fail()
+      noteSizes(m)
       return { code: 'ok' as const, fleetSize: state.fleetSize, present: state.present }
     },
     async refund (_s: string, _l: unknown, id: string) { refunded.push(id); if (!state.up) fail() },
@@ -158,6 +164,40 @@ t.test('degraded after a failure: nothing for one window after the last moment R
   for (let i = 0; i < 3; i++) t.match(await take(), { kind: 'ok' }, `share ${i + 1} of floor(6 / 2)`)
   t.match(await take(), { kind: 'degraded' }, 'the share is spent')
   t.equal(double.calls.filter((call) => call.startsWith('take')).length, 2, 'no take is sent to Redis while degraded')
+})
+
+t.test('cut off in a rollout raising the size, the share is of the largest size declared, whatever this one declares or sees present', async (t) => {
+  // Three declare 3, a fourth (surge) declares 4: four may run at once. This one saw three present
+  // (the fourth already cut off): each of the four may spend its share alone, so 12 / 4 each.
+  for (const [name, sizes, share] of [
+    ['the largest on record is 4', { lo: 3, hi: 4 }, 3],
+    ['control: every sidecar declares 3', { lo: 3, hi: 3 }, 4]
+  ] as const) {
+    await t.test(name, async (t) => {
+      const { c, store, double, take } = await setup(t, 'GET /a 12/1s', { fleetFloor: 3, fleetSize: 3 })
+      double.state.sizes = sizes
+      t.match(await take(), { kind: 'ok' }, 'a send through Redis: the sizes on record told')
+      double.state.up = false
+      await take()
+      await c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000)
+      let alone = 0
+      while ((await take()).kind === 'ok') alone++
+      t.equal(alone, share, `alone, ${share} of 12 (the ledger's own send has left the window)`)
+      t.equal(store.share({ count: 12, windowMs: 1000, text: '12/1s' }), share, '/status says the same share')
+    })
+  }
+
+  for (const [hi, spent] of [[2, 2], [1, 4]] as const) {
+    const one = await setup(t, 'GET /a 4/1s', { fleetFloor: 1, fleetSize: 1 })
+    one.double.state.sizes = { lo: 1, hi }
+    t.match(await one.take(), { kind: 'ok' })
+    one.double.state.up = false
+    await one.take()
+    await one.c.tick(TIMEOUT_MS + TIMING.presenceTtlMs + 1000)
+    let alone = 0
+    while ((await one.take()).kind === 'ok') alone++
+    t.equal(alone, spent, hi === 2 ? 'declared one while another declares two: not a fleet of one, half of 4' : 'control: a fleet of one spends the whole budget')
+  }
 })
 
 t.test('a share of 0 (the catalog across two sidecars) is refused while degraded; a fleet of one keeps its whole budget at once', async (t) => {
