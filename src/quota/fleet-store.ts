@@ -36,6 +36,15 @@ import { createConversation } from './fleet-conversation.js'
 
 export type { FleetState, FleetTiming }
 
+/**
+ * A send that leaves sooner than this after its admission keeps its admission time in Redis
+ * (in the ledger it counts from when it left): it went out with no wait but this process's
+ * own (the event loop, the dispatch), well under this even on a loaded machine; a wait for a
+ * connection or a STATE_DIR write is longer than this or absent. Redis so counts each send
+ * from at most this much before it left.
+ */
+export const RETIME_AFTER_MS = 50
+
 export const DEFAULT_FLEET_TIMING: FleetTiming = Object.freeze({ heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 3_000 })
 
 /** As reported: `settling` is shared but within the grace of a young epoch (budgets still refused). */
@@ -94,6 +103,10 @@ export function createFleetStore (options: FleetStoreOptions) {
   const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, largestDeclared: () => member.sizes?.hi ?? 0 })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
+    // This sidecar's own sends that have not left yet count as leaving now: Redis may have
+    // them at their admission, or have dropped them a window after it.
+    const own = ledger.wait(scope, limits)
+    if (own > 0) return { kind: 'budget', ms: own }
     const id = nextId()
     conversation.extendPresenceBound()
     let reply
@@ -144,6 +157,12 @@ export function createFleetStore (options: FleetStoreOptions) {
       ledger.refund(scope, limits, id)
       // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
       if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
+    },
+    leaving (scope, limits, id) {
+      // Redis re-times a send only when it left a while after its admission: on the common
+      // path no round trip. Fire and forget, as a refund: a re-time Redis misses leaves the
+      // send at its admission time there (this sidecar's ledger has the new one).
+      if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS && view.state === 'shared') redis.leaving(scope, limits, id).catch(() => {})
     },
     coolDown (scope: string, request: CooldownRequest): number {
       const ms = cooldowns.start(scope, request)

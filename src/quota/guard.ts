@@ -260,6 +260,10 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     refund (ticket: Ticket | undefined): void {
       if (ticket !== undefined) store.refund(ticket.scope, ticket.limits, ticket.id)
     },
+    /** A ticket's request is about to be written: its send counts from now, not from its admission. */
+    leaving (ticket: Ticket | undefined): void {
+      if (ticket !== undefined) store.leaving(ticket.scope, ticket.limits, ticket.id)
+    },
     /** The upstream's final answer began: a 429 starts a cool-down. */
     answered (rule: Rule | undefined, answer: Answer): void {
       if (answer.statusCode === 429) rateLimitAnswer(rule, answer.headers)

@@ -12,7 +12,7 @@ import { openRedis } from '../redis/connection.js'
 import { readMemoryPolicy, type MemoryPolicy } from '../redis/memory-policy.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import type { CooldownRequest } from './store.js'
-import { COOL_DOWN, HEARTBEAT, PEEK, REASSERT, REFUND, TAKE } from './redis-scripts.js'
+import { COOL_DOWN, HEARTBEAT, LEAVING, PEEK, REASSERT, REFUND, TAKE } from './redis-scripts.js'
 
 export { GHOST_KEEP_MS } from './redis-scripts.js'
 
@@ -79,6 +79,7 @@ type ScriptClient = Redis & {
   sapReassert: (numKeys: number, ...args: Array<string | number>) => Promise<Reply>
   sapHeartbeat: (numKeys: number, ...args: Array<string | number>) => Promise<Reply>
   sapRefund: (numKeys: number, ...args: Array<string | number>) => Promise<number>
+  sapLeaving: (numKeys: number, ...args: Array<string | number>) => Promise<unknown>
   sapPeek: (numKeys: number, ...args: Array<string | number>) => Promise<number[]>
   sapCoolDown: (numKeys: number, ...args: Array<string | number>) => Promise<number>
 }
@@ -102,6 +103,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   client.defineCommand('sapReassert', { lua: REASSERT })
   client.defineCommand('sapHeartbeat', { lua: HEARTBEAT })
   client.defineCommand('sapRefund', { lua: REFUND })
+  client.defineCommand('sapLeaving', { lua: LEAVING })
   client.defineCommand('sapCoolDown', { lua: COOL_DOWN })
   client.defineCommand('sapPeek', { lua: PEEK })
 
@@ -195,6 +197,15 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       if (limits.length === 0) return
       const keys = [...fleetKeys, ...limits.map((l) => logKey(scope, l))]
       await client.sapRefund(keys.length, ...keys, sendId)
+    },
+    /**
+     * The send's request is being written: each log of its rule has it from Redis's now (never
+     * earlier), again if a wait past its window dropped it (a refunded send never leaves).
+     */
+    async leaving (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
+      if (limits.length === 0) return
+      const keys = [...fleetKeys, ...limits.map((l) => logKey(scope, l))]
+      await client.sapLeaving(keys.length, ...keys, sendId)
     },
     async coolDown (scope: string, request: CooldownRequest): Promise<number> {
       const cooldown = key(scope, 'cooldown')

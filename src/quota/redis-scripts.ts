@@ -371,6 +371,13 @@ end
 return 0
 `
 
+// KEYS, ARGV: REFUND's. The send leaves now (GT: never earlier; added again if it waited past its window).
+export const LEAVING = CLOCK + `
+for i = 9, #KEYS do
+  if redis.call('ZADD', KEYS[i], 'GT', 'CH', now, ARGV[1]) == 1 then noteLatest(KEYS[i], now) end
+end
+`
+
 // KEYS[1] the scope's cool-down (value: its length; PTTL: what is left), KEYS[2] the last
 // cool-down's length, kept for twice its length (the backoff window, store.ts nextCooldownMs).
 // ARGV: Retry-After ms (-1 for none), base ms, max ms. Returns the ms until the cool-down ends.

@@ -45,6 +45,8 @@ export interface Store {
   take: (scope: string, limits: readonly Limit[]) => Take | Promise<Take>
   /** Gives a taken point back: nothing of the request was written to the upstream. */
   refund: (scope: string, limits: readonly Limit[], id: string) => void
+  /** The send's request is about to be written: it counts from now, not from its admission. */
+  leaving: (scope: string, limits: readonly Limit[], id: string) => void
   /** Starts (or lengthens) the scope's cool-down here, and in the fleet when shared; the ms until it ends here. */
   coolDown: (scope: string, request: CooldownRequest) => number
 }
@@ -143,6 +145,7 @@ export function createLocalStore (clock: Clock, cooldowns: Cooldowns, ledger: Le
       return { kind: 'ok', id }
     },
     refund: (scope, limits, id) => { ledger.refund(scope, limits, id) },
+    leaving: (scope, limits, id) => { ledger.leave(scope, limits, id) },
     coolDown: (scope, request) => cooldowns.start(scope, request)
   }
 }

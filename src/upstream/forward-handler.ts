@@ -48,6 +48,11 @@ export interface ForwardHooks {
    * before `failed` when both apply. The quota guard gives the budget point back.
    */
   unsent?: () => void
+  /**
+   * The request is about to be written to the upstream (it has its connection; nothing of it
+   * went out yet): called at most once, never with `unsent`. The quota guard times its send from here.
+   */
+  sending?: () => void
   /** Nothing was sent to the caller and nothing will be: the caller still waits for an answer. */
   failed: (err: Error) => void
   /** The upstream's answer is being written to the caller, directly from here on. */
@@ -165,6 +170,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#controller = c
     this.#moveTo('sent')
     this.#startedAt = performance.now()
+    this.#hooks.sending?.()
   }
 
   onResponseStart (c: Dispatcher.DispatchController, statusCode: number, headers: HeldAnswer['headers']): void {

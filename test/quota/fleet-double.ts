@@ -6,12 +6,19 @@ import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore, type FleetTiming } from '../../src/quota/fleet-store.js'
 import type { HeartbeatReply, Member, RedisStore, ReassertLimit, ReassertReply, TakeReply } from '../../src/quota/redis-backend.js'
 import type { Ledger } from '../../src/quota/ledger.js'
-import { parseRules } from '../../src/config/rate-limit-rules.js'
-import type { CooldownRequest, Take } from '../../src/quota/store.js'
+import { parseRules, type Limit } from '../../src/config/rate-limit-rules.js'
+import type { CooldownRequest, Store, Take } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 
 export type Script = ReturnType<typeof scriptedRedis>['script']
+
+/** A take whose request, admitted, leaves at once (as most do: the wait to leave is late-sends.test.ts's). */
+export async function takeAndSend (store: Pick<Store, 'take' | 'leaving'>, scope: string, limits: readonly Limit[]): Promise<Take> {
+  const taken = await store.take(scope, limits)
+  if (taken.kind === 'ok') store.leaving(scope, limits, taken.id)
+  return taken
+}
 
 export function scriptedRedis () {
   const calls: string[] = []
@@ -115,7 +122,7 @@ export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, t
     metrics,
     cooled,
     rule,
-    take: async (): Promise<Take> => await store.take(rule.id, rule.limits),
+    take: async (): Promise<Take> => await takeAndSend(store, rule.id, rule.limits),
     warnings: () => logs.entries().filter((e) => e.level === 40),
     /** The rate_limit_backend gauge's value for a backend. */
     backend: async (name: 'redis' | 'memory') => (await metrics.rateLimitBackend.get()).values.find((v) => v.labels.backend === name)?.value

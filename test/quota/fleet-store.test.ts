@@ -10,6 +10,7 @@ import { type Member, type RedisStore, type ReassertLimit, type TakeReply } from
 import { parseRules, type Rule } from '../../src/config/rate-limit-rules.js'
 import type { Take } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
+import { takeAndSend } from './fleet-double.js'
 
 const TIMEOUT_MS = 100
 const TIMING = { heartbeatMs: 200, presenceTtlMs: 600, freshGraceMs: 0 }
@@ -96,7 +97,7 @@ async function setup (t: Test, rules: string, { fleetFloor = 0, up = true, fleet
   await store.start()
   t.teardown(() => store.close())
   const rule = rulesOf(rules)[0] as Rule
-  const take = async (): Promise<Take> => await store.take(rule.id, rule.limits)
+  const take = async (): Promise<Take> => await takeAndSend(store, rule.id, rule.limits)
   return { c, store, double, logs, cooled, rule, take }
 }
 

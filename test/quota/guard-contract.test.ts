@@ -5,7 +5,7 @@
 // guarantees are test/quota/fleet-store.test.ts's and test/quota/model/'s).
 import { EventEmitter } from 'node:events'
 import t from 'tap'
-import { createQuotaGuard, UPSTREAM_SCOPE, type Caller, type Verdict } from '../../src/quota/guard.js'
+import { createQuotaGuard, UPSTREAM_SCOPE, type Caller, type QuotaGuard, type Verdict } from '../../src/quota/guard.js'
 import type { FleetStatus, FleetStore } from '../../src/quota/fleet-store.js'
 import { parseRules, type Limit, type Rule } from '../../src/config/rate-limit-rules.js'
 import type { RateLimitConfig } from '../../src/config/rate-limits.js'
@@ -70,6 +70,7 @@ function standInFleet (clock: ReturnType<typeof fakeClock>['clock']) {
         return control.answers.shift() ?? local.take(scope, limits)
       },
       refund: local.refund,
+      leaving: local.leaving,
       coolDown: local.coolDown,
       cooldowns,
       displayUrl: 'redis://redis.test:6379',
@@ -89,7 +90,19 @@ function setup (rules: string, options: Partial<RateLimitConfig> = {}, { fleet: 
   const fleet = standInFleet(c.clock)
   const logs = captureLogs()
   const metrics = createMetrics({ defaultMetrics: false })
-  const guard = createQuotaGuard({ config: config(rules, options), clock: c.clock, log: logs.log, metrics, fleet: withFleet ? fleet.create : undefined })
+  const created = createQuotaGuard({ config: config(rules, options), clock: c.clock, log: logs.log, metrics, fleet: withFleet ? fleet.create : undefined })
+  // Each admitted request leaves at once (the wait to leave is test/quota/late-sends.test.ts's).
+  const sent = (verdict: Verdict): Verdict => {
+    if (verdict.ok) created.leaving(verdict.ticket)
+    return verdict
+  }
+  const guard: QuotaGuard = {
+    ...created,
+    admit: (...args: Parameters<QuotaGuard['admit']>) => {
+      const verdict = created.admit(...args)
+      return verdict instanceof Promise ? verdict.then(sent) : sent(verdict)
+    }
+  }
   const rule = (method: string, target: string): Rule | undefined => guard.ruleFor(method, target)
   /** The cool-down gauge of a scope (unix seconds of its end, 0 for none), undefined when the series does not exist. */
   const gauge = async (scope: string): Promise<number | undefined> =>

@@ -71,6 +71,8 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         if (callerGone(request)) path.abandon(request)
         else idempotency?.unsent(request.claim)
       },
+      // Its send counts from now: it may have waited for a connection since its admission.
+      sending: () => { quota.leaving(ticket) },
       failed: (err) => {
         idempotency?.failed(request.claim)
         if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
