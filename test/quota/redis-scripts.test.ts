@@ -297,3 +297,30 @@ t.test('a refund makes the tally forget its log\'s latest send: a send an earlie
   await client.zrem(log!, 'old')
   t.match(await store.take(member, SCOPE, [hourly], 'next'), { code: 'ok' }, 'not gated')
 })
+
+t.test('a send leaving is timed from Redis\'s now in every log of its rule, never earlier, the tally\'s latest with it; one dropped while it waited is added again', async (t) => {
+  const server = await startRedis(t)
+  const { store, member, join } = await backend(t, server, { prefix: 'late:' })
+  await join()
+  const limits = [limit(1, 200), limit(5, HOUR_MS)]
+  t.match(await store.take(member, SCOPE, limits, 'waited'), { code: 'ok' })
+  const client = await admin(t, server)
+  const logs = (await client.keys('late:log:*')).sort()
+  t.equal(logs.length, 2)
+  const admitted = Number(await client.zscore(logs[1]!, 'waited'))
+  // The short window's log drops it while it waits (another take prunes it).
+  await eventually(t, 'dropped from the short log', async () => (await store.take(member, SCOPE, limits, `other${Math.random()}`)).code === 'ok')
+  t.equal(await client.zscore(logs[0]!, 'waited'), null)
+  await store.leaving(SCOPE, limits, 'waited')
+  const [seconds, micros] = await client.time()
+  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  for (const log of logs) {
+    const at = Number(await client.zscore(log, 'waited'))
+    t.ok(at > admitted && at <= now, `${log}: timed from when it left`)
+    t.equal(Number(await client.hget('late:tally', log)), at, 'the tally\'s latest send')
+  }
+  await client.zadd(logs[1]!, now + 60_000, 'waited')
+  await store.leaving(SCOPE, limits, 'waited')
+  t.equal(Number(await client.zscore(logs[1]!, 'waited')), now + 60_000, 'never earlier')
+  await store.leaving(SCOPE, [], 'waited')
+})

@@ -46,11 +46,12 @@ const context = (): ForwardContext => ({
 })
 
 function hooks (over: Partial<ForwardHooks> = {}) {
-  const seen = { unsent: 0, failed: [] as Error[], held: 0, started: 0 }
+  const seen = { unsent: 0, sending: 0, failed: [] as Error[], held: 0, started: 0 }
   const h: ForwardHooks = {
     holds: () => false,
     held: () => { seen.held++ },
     unsent: () => { seen.unsent++ },
+    sending: () => { seen.sending++ },
     failed: (err) => { seen.failed.push(err) },
     started: () => { seen.started++ },
     truncated: () => {},
@@ -107,4 +108,23 @@ t.test('a held answer released to a slow caller waits for one drain, not one per
   handler.onResponseData(c, Buffer.alloc(512))
   t.equal(res.listenerCount('drain'), 1, 'and waits again when the next write finds it full')
   t.equal(asked.pauses, 2)
+})
+
+t.test('`sending` comes once, as the request reaches its connection, never for one dropped unsent', async (t) => {
+  const { h, seen } = hooks()
+  const handler = new ForwardHandler('GET', callerResponse() as unknown as ServerResponse, h, context())
+  t.equal(seen.sending, 0, 'queued: not yet')
+  const { c } = controller()
+  handler.onRequestStart(c)
+  t.equal(seen.sending, 1, 'on its connection, before any byte is written')
+  handler.onResponseStart(c, 200, { 'content-length': '0' })
+  handler.onResponseEnd()
+  t.same([seen.sending, seen.unsent], [1, 0])
+
+  const gone = hooks()
+  const res = callerResponse()
+  const dropped = new ForwardHandler('GET', res as unknown as ServerResponse, gone.h, context())
+  res.emit('close')
+  dropped.onRequestStart(controller().c)
+  t.same([gone.seen.sending, gone.seen.unsent], [0, 1], 'its caller left while it was queued: given back, never sent')
 })
