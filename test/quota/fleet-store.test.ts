@@ -59,10 +59,11 @@ function fakeRedis () {
       calls.push('heartbeat')
       if (!state.up) fail()
       noteSizes(m)
-      return { code: 'ok' as const, fleetSize: state.fleetSize, present: state.present }
+      return { code: 'ok' as const, fleetSize: state.fleetSize, present: state.present, cooldowns: new Map<string, number>() }
     },
     async refund (_s: string, _l: unknown, id: string) { refunded.push(id); if (!state.up) fail() },
     async leave () { calls.push('leave'); if (!state.up) fail() },
+    async leaving (_s: string, _l: unknown, id: string) { calls.push(`leaving ${id}`); if (!state.up) fail() },
     async coolDown (_s: string, request: { retryAfterMs: number | undefined }) { calls.push('cooldown'); if (!state.up) fail(); return request.retryAfterMs ?? 1000 },
     onState (fn: (up: boolean, err?: unknown) => void) { listener = fn },
     async connect () { return state.up },
@@ -284,6 +285,22 @@ t.test('refunds: Redis is told while shared; the ledger always', async (t) => {
   if (alone.kind === 'ok') store.refund(rule.id, rule.limits, alone.id)
   t.equal(double.refunded.length, 1, 'not sent to a Redis that does not answer')
   t.match(await take(), { kind: 'ok' })
+})
+
+t.test('a send that leaves late: its own wait holds a take before Redis is asked; Redis re-times it, not one that left at once', async (t) => {
+  const { c, store, double, rule, take } = await setup(t, 'GET /a 1/1s', { fleetFloor: 1, fleetSize: 1 })
+  const waiting = await store.take(rule.id, rule.limits)
+  if (waiting.kind !== 'ok') throw new Error(`not taken: ${waiting.kind}`)
+  await c.tick(1_500)
+  const takes = double.calls.filter((call) => call.startsWith('take')).length
+  t.match(await store.take(rule.id, rule.limits), { kind: 'budget', ms: 1_000 }, 'admitted 1.5 s ago and still waiting: it leaves now at the soonest')
+  t.equal(double.calls.filter((call) => call.startsWith('take')).length, takes, 'decided by its own ledger: Redis may have dropped that send')
+  store.leaving(rule.id, rule.limits, waiting.id)
+  t.ok(double.calls.includes(`leaving ${waiting.id}`), 'Redis is told it left now')
+  await c.tick(1_000)
+  const prompt = await take()
+  t.equal(prompt.kind, 'ok')
+  t.notOk(double.calls.some((call) => prompt.kind === 'ok' && call === `leaving ${prompt.id}`), 'left at once: no round trip')
 })
 
 t.test('a cool-down met in Redis is kept here and honoured while cut off', async (t) => {

@@ -3,6 +3,7 @@ import fc from 'fast-check'
 import { createLedger, PENDING_HOLD_MS, type Ledger } from '../../src/quota/ledger.js'
 import { parseLimit, type Limit } from '../../src/config/rate-limit-rules.js'
 import { createCooldowns, createLocalStore, createSendIds } from '../../src/quota/store.js'
+import { ledgerBudget } from '../../src/quota/rate-limit-fields.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 
 const limit = (text: string): Limit => {
@@ -138,6 +139,17 @@ t.test('a send that never leaves nor comes back holds its point PENDING_HOLD_MS,
   await c.tick(1)
   t.equal(ledger.wait('r', limits), 0)
   t.equal(ledger.leave('r', limits, 'lost'), 0, 'gone from the ledger: nothing to time')
+})
+
+t.test('RateLimit fields from the ledger: a waiting send holds its place; its reset counts from when it left', async (t) => {
+  const { c, ledger } = fresh()
+  const limits = [limit('2/1s')]
+  ledger.record('r', limits, 'a')
+  await c.tick(1_500)
+  t.same(ledgerBudget(ledger, 'r', limits, (l) => l.count), [{ left: 1, resetMs: 1_000 }], 'still waiting: a window from now')
+  ledger.leave('r', limits, 'a')
+  await c.tick(300)
+  t.same(ledgerBudget(ledger, 'r', limits, (l) => l.count), [{ left: 1, resetMs: 700 }], 'left 300 ms ago, admitted 1800 ms ago')
 })
 
 t.test('a refund forgets a send whether it left or not', async (t) => {
