@@ -44,7 +44,8 @@ export interface Ledger {
   record: (scope: string, limits: readonly Limit[], id: string) => void
   /**
    * The send's request is being written: it counts from now (never earlier than before).
-   * Returns the ms since its admission (0 if the ledger no longer holds it as waiting).
+   * Returns how much later that is than it counted from (its admission, while it waited; 0
+   * when the ledger does not hold it).
    */
   leave: (scope: string, limits: readonly Limit[], id: string) => number
   /** Forgets a send that never reached the upstream (nothing was written). */
@@ -121,7 +122,6 @@ export function createLedger (clock: Clock): Ledger {
       if (cap <= 0) return Infinity
       const log = live(scope, limit, now)
       if (log === undefined) continue
-      // Stryker disable next-line ConditionalExpression: with fewer sends than cap, `leaving` below is negative and nothing is waited for
       if (log.sent.length + log.waiting.length < cap) continue
       // The send that must leave the window before one more fits: a waiting one leaves it a window from now at the soonest.
       const leaving = log.sent.length + log.waiting.length - cap

@@ -75,6 +75,7 @@ t.test('the sidecars\' user: budgets and cool-downs work, nothing else does', as
   t.match(await store.take(member, 'GET /catalog', [limit], 'send-2'), { code: 'budget' }, 'then spent (ZRANGE, HGET, EXISTS, MGET)')
   await store.refund('GET /catalog', [limit], 'send-1')
   t.match(await store.take(member, 'GET /catalog', [limit], 'send-3'), { code: 'ok' }, 'a refund given back (ZREM, HDEL)')
+  await t.resolves(store.leaving('GET /catalog', [limit], 'send-3'), 'a send timed from when it left (ZADD GT CH, HGET, HSET)')
   t.match(await store.heartbeat(member, ['GET /catalog']), { code: 'ok' }, 'a heartbeat')
   // A sidecar that lapses and is released when the fleet is whole again; one that leaves.
   const brief = { id: 'acl-brief', presenceTtlMs: 20, fleetFloor: 2, epoch: member.epoch }
