@@ -49,7 +49,7 @@ export function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
     ? new Gauge({ name: `${METRIC_PREFIX}${name}`, help, registers: [registry] })
     : undefined
   const rateLimitDegraded = fleetGauge('rate_limit_degraded',
-    '1 while budgets cannot be shared through Redis and this sidecar spends only its share (limit / fleet size), 0 when shared.')
+    '1 while budgets cannot be shared through Redis and this sidecar spends only its share (limit / fleet size, or the largest declared), 0 when shared.')
   rateLimitDegraded?.set(1)
   const rateLimitFleetSize = fleetGauge('rate_limit_fleet_size',
     'The fleet size shares are computed with: RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more; 0: unknown.')

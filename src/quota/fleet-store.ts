@@ -10,7 +10,8 @@
 //   (limit / fleet size) of every sidecar out of Redis's sight: absent, or lapsed and perhaps
 //   spending on its own, or stopped within the last window (redis-scripts.ts).
 // - Degraded (a take failed or was late): this sidecar asks Redis nothing more until it
-//   answers a PING again, and spends only its share of RATE_LIMIT_FLEET_SIZE (none without
+//   answers a PING again, and spends only its share of RATE_LIMIT_FLEET_SIZE, or of the
+//   largest size declared in Redis if more (fleet-alone.ts; none without
 //   it: a size seen in Redis may lag a sidecar joining), only once Redis has counted this
 //   process present (so Redis knows to hold its share), and only from one window after the
 //   last moment Redis could still have counted it present (every admission in such a window
@@ -182,7 +183,7 @@ export function createFleetStore (options: FleetStoreOptions) {
       const settling = state === 'shared' && clock.now() < graceUntil
       return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, memory: memory.current() }
     },
-    /** Share of a limit while cut off from Redis (floor(limit / fleet size); none without RATE_LIMIT_FLEET_SIZE). */
+    /** Share of a limit while cut off from Redis (floor(limit / the fleet size or the largest declared); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => alone.shareOf(limit),
     /**
      * What each limit of a scope may still send now, never more than the fleet has: the fleet's
