@@ -10,8 +10,8 @@ import type { FleetStoreOptions } from './fleet-store.js'
 import type { FleetTiming, FleetView } from './fleet-view.js'
 
 /** A send admitted (by Redis or alone): the ledger holds it either way, the insurance for an outage. */
-export function admit (ledger: Ledger, scope: string, limits: readonly Limit[], id: string): Take {
-  ledger.record(scope, limits, id)
+export function admit (ledger: Ledger, scope: string, limits: readonly Limit[], id: string, at?: number): Take {
+  ledger.record(scope, limits, id, at)
   return { kind: 'ok', id }
 }
 

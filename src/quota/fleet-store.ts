@@ -38,7 +38,7 @@ import { createConversation } from './fleet-conversation.js'
 export type { FleetState, FleetTiming }
 
 /**
- * A send that leaves sooner than this after its admission keeps its admission time in Redis
+ * A send that leaves sooner than this after its take was asked of Redis keeps Redis's time
  * (in the ledger it counts from when it left): it went out with no wait but this process's
  * own (the event loop, the dispatch), well under this even on a loaded machine; a wait for a
  * connection or a STATE_DIR write is longer than this or absent. Redis so counts each send
@@ -110,6 +110,9 @@ export function createFleetStore (options: FleetStoreOptions) {
     if (own > 0) return { kind: 'budget', ms: own }
     const id = nextId()
     conversation.extendPresenceBound()
+    // Redis times the send no earlier than this: how late it leaves is measured from here, a
+    // slow reply included (RETIME_AFTER_MS).
+    const askedAt = clock.now()
     let reply
     try {
       reply = await redis.take(member, scope, limits, id)
@@ -121,7 +124,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     switch (reply.code) {
       case 'ok':
         learn(reply)
-        return admit(ledger, scope, limits, id)
+        return admit(ledger, scope, limits, id, askedAt)
       case 'cooldown':
         learn(reply)
         if (cooldowns.adopt(scope, reply.ms)) onCooldown(scope)

@@ -40,8 +40,12 @@ export interface Ledger {
    * sends per window: 0 for now, Infinity when a capacity is 0.
    */
   wait: (scope: string, limits: readonly Limit[], capacity?: (limit: Limit) => number) => number
-  /** Records a send admitted now under every limit of its rule: it counts as leaving now until `leave`. */
-  record: (scope: string, limits: readonly Limit[], id: string) => void
+  /**
+   * Records a send admitted under every limit of its rule: it counts as leaving now until
+   * `leave`. `at` (default now) is what its lateness is measured from: for a take Redis decided,
+   * when it was asked (Redis timed it no earlier).
+   */
+  record: (scope: string, limits: readonly Limit[], id: string, at?: number) => void
   /**
    * The send's request is being written: it counts from now (never earlier than before).
    * Returns how much later that is than it counted from (its admission, while it waited; 0
@@ -131,8 +135,7 @@ export function createLedger (clock: Clock): Ledger {
     return ms
   }
 
-  function record (scope: string, limits: readonly Limit[], id: string): void {
-    const at = clock.now()
+  function record (scope: string, limits: readonly Limit[], id: string, at = clock.now()): void {
     for (const limit of limits) logOf(scope, limit).waiting.push({ id, at })
   }
 
