@@ -32,19 +32,13 @@ import { redisAuthProblem, type Member, type RedisStore } from './redis-backend.
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 import { createFleetReport, createFleetView, type FleetState, type FleetTiming } from './fleet-view.js'
+import { createDepartures } from './fleet-departures.js'
 import { admit, createAlone } from './fleet-alone.js'
 import { createConversation } from './fleet-conversation.js'
 
 export type { FleetState, FleetTiming }
 
-/**
- * A send that leaves sooner than this after its take was asked of Redis keeps Redis's time
- * (in the ledger it counts from when it left): it went out with no wait but this process's
- * own (the event loop, the dispatch), well under this even on a loaded machine; a wait for a
- * connection or a STATE_DIR write is longer than this or absent. Redis so counts each send
- * from at most this much before it left.
- */
-export const RETIME_AFTER_MS = 50
+export { RETIME_AFTER_MS } from './fleet-departures.js'
 
 export const DEFAULT_FLEET_TIMING: FleetTiming = Object.freeze({ heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 3_000 })
 
@@ -155,19 +149,13 @@ export function createFleetStore (options: FleetStoreOptions) {
     return shared(scope, limits)
   }
 
+  // From admission until its request is written or given up (fleet-departures.ts).
+  const departures = createDepartures({ clock, ledger, redis, view })
+
   const store: Store = {
-    take,
-    refund (scope, limits, id) {
-      ledger.refund(scope, limits, id)
-      // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
-      if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
-    },
-    leaving (scope, limits, id) {
-      // Redis re-times a send only when it left a while after its admission: on the common
-      // path no round trip. Fire and forget, as a refund: a re-time Redis misses leaves the
-      // send at its admission time there (this sidecar's ledger has the new one).
-      if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS && view.state === 'shared') redis.leaving(scope, limits, id).catch(() => {})
-    },
+    take: departures.renewing(take),
+    refund: departures.refund,
+    leaving: departures.leaving,
     coolDown (scope: string, request: CooldownRequest): number {
       const ms = cooldowns.start(scope, request)
       if (view.state === 'shared') {
@@ -227,6 +215,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     },
     async close (): Promise<void> {
       conversation.stop()
+      departures.close()
       // Shared, Redis holds every send: leave. Else lapse: its share stays held (redis-scripts.ts).
       if (view.state === 'shared' && view.reasserting === undefined) await redis.leave(member).catch(() => {})
       await redis.close()

@@ -7,37 +7,24 @@
 // however busy the machine is.
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import pino from 'pino'
 import t, { type Test } from 'tap'
-import { systemClock } from '../../src/clock.js'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
-import { createMetrics } from '../../src/metrics.js'
-import { createFleetStore } from '../../src/quota/fleet-store.js'
-import { createRedisStore, type RedisStore } from '../../src/quota/redis-backend.js'
 import { startRedis } from '../helpers/redis.js'
+import { realTimeMember } from './real-time-member.js'
 
 const rule = parseRules('GET /x 1/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
 const PREFIX = 'late-reply:'
 
-async function memberOn (t: Test, url: string, replyLagMs: number) {
-  const real = createRedisStore({ url, timeoutMs: 5_000, prefix: PREFIX, clock: systemClock })
-  const redis: RedisStore = { ...real, async take (...args) { const r = await real.take(...args); await sleep(replyLagMs); return r } }
-  const store = createFleetStore({
-    redis,
-    clock: systemClock,
-    log: pino({ level: 'silent' }),
-    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
-    rules: [rule as NonNullable<typeof rule>],
-    redisTimeoutMs: 5_000,
-    fleetFloor: 2,
-    timing: { heartbeatMs: 1_000, presenceTtlMs: 60_000, freshGraceMs: 0 },
-    onCooldown: () => {}
-  })
-  await store.start()
-  t.teardown(() => store.close())
-  return store
-}
+const memberOn = async (t: Test, url: string, replyLagMs: number): Promise<ReturnType<typeof realTimeMember>> =>
+  await realTimeMember(t, url, PREFIX, rule as NonNullable<typeof rule>, (real) => ({
+    ...real,
+    async take (...args) {
+      const r = await real.take(...args)
+      await sleep(replyLagMs)
+      return r
+    }
+  }))
 
 async function redisNow (admin: Redis): Promise<number> {
   const [s, us] = await admin.time()

@@ -1,0 +1,100 @@
+// What happens to a send the fleet's store admitted, until it leaves: the quota guard says
+// when its request is written (`leaving`) or that nothing of it will be (`refund`). Part of
+// the fleet's store (fleet-store.ts).
+//
+// While it waits (for an upstream connection, a connect, the STATE_DIR write) the ledger
+// counts it as leaving now; Redis timed it from its take and would drop it a window later,
+// when another sidecar could spend its place while it still waits and both reach TI together.
+// So it is renewed in Redis (LEAVING: ZADD GT at Redis's TIME) every half of its shortest
+// window: Redis never holds it older than that half, nor drops it. Renewal ends when it
+// leaves (re-timed once more if late), is given back, or the ledger stops holding it
+// (PENDING_HOLD_MS).
+import type { Clock } from '../clock.js'
+import type { Limit } from '../config/rate-limit-rules.js'
+import { PENDING_HOLD_MS, type Ledger } from './ledger.js'
+import type { RedisStore } from './redis-backend.js'
+import type { Take } from './store.js'
+import type { FleetView } from './fleet-view.js'
+
+/**
+ * A send that leaves sooner than this after its take was asked of Redis keeps Redis's time
+ * (in the ledger it counts from when it left): it went out with no wait but this process's
+ * own (the event loop, the dispatch), well under this even on a loaded machine; a wait for a
+ * connection or a STATE_DIR write is longer than this or absent. Redis so counts each send
+ * from at most this much before it left.
+ */
+export const RETIME_AFTER_MS = 50
+
+type TakeFn = (scope: string, limits: readonly Limit[]) => Take | Promise<Take>
+
+export interface DeparturesOptions {
+  clock: Clock
+  ledger: Ledger
+  redis: RedisStore
+  view: FleetView
+}
+
+export function createDepartures ({ clock, ledger, redis, view }: DeparturesOptions) {
+  const renewals = new Map<string, () => void>()
+  let closed = false
+
+  /** Tells Redis the send leaves now, while shared. Fire and forget, as a refund: a re-time Redis misses leaves it at its take's time there. */
+  const retime = (scope: string, limits: readonly Limit[], id: string): void => {
+    if (view.state === 'shared') redis.leaving(scope, limits, id).catch(() => {})
+  }
+
+  /** A send admitted now: renewed every half window until it leaves or is given back. */
+  function admitted (scope: string, limits: readonly Limit[], id: string): void {
+    const everyMs = Math.floor(Math.min(...limits.map((limit) => limit.windowMs)) / 2)
+    // A window of 2 ms or less has no half to renew in; one of twice the hold or more
+    // outlasts any wait the ledger still holds as leaving now.
+    // Closed (a take in flight when the store closed): Redis is no longer asked anything.
+    if (closed || everyMs < 1 || everyMs >= PENDING_HOLD_MS) return
+    const until = clock.now() + PENDING_HOLD_MS
+    const arm = (): void => {
+      renewals.set(id, clock.setTimer(() => {
+        retime(scope, limits, id)
+        if (clock.now() + everyMs < until) arm()
+        else renewals.delete(id)
+      }, everyMs))
+    }
+    arm()
+  }
+
+  function settled (id: string): void {
+    renewals.get(id)?.()
+    renewals.delete(id)
+  }
+
+  const renewed = (scope: string, limits: readonly Limit[], taken: Take): Take => {
+    if (taken.kind === 'ok' && taken.id !== '') admitted(scope, limits, taken.id)
+    return taken
+  }
+
+  return {
+    /** A store's take, every send it admits renewed while it waits. */
+    renewing: (take: TakeFn): TakeFn => (scope, limits) => {
+      const taken = take(scope, limits)
+      return taken instanceof Promise ? taken.then((t) => renewed(scope, limits, t)) : renewed(scope, limits, taken)
+    },
+    /** Nothing of the request was written: its point goes back, here and in Redis. */
+    refund (scope: string, limits: readonly Limit[], id: string): void {
+      settled(id)
+      ledger.refund(scope, limits, id)
+      // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
+      if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
+    },
+    /** Its request is being written: it counts from now; Redis is told only when it waited (no round trip on the common path). */
+    leaving (scope: string, limits: readonly Limit[], id: string): void {
+      settled(id)
+      if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS) retime(scope, limits, id)
+    },
+    /** Sends being renewed now. */
+    waiting: (): number => renewals.size,
+    close (): void {
+      closed = true
+      for (const cancel of renewals.values()) cancel()
+      renewals.clear()
+    }
+  }
+}

@@ -1,0 +1,28 @@
+// A fleet store on the system clock over the real scripts on a real redis-server, for tests
+// where what happens between two real moments is the point (a send leaving late). Presence
+// lasts a minute, so real time between steps never lapses a member. `wrap` may stand between
+// the store and Redis (a slow reply, say).
+import pino from 'pino'
+import type { Test } from 'tap'
+import { systemClock } from '../../src/clock.js'
+import type { Rule } from '../../src/config/rate-limit-rules.js'
+import { createMetrics } from '../../src/metrics.js'
+import { createFleetStore } from '../../src/quota/fleet-store.js'
+import { createRedisStore, type RedisStore } from '../../src/quota/redis-backend.js'
+
+export async function realTimeMember (t: Test, url: string, prefix: string, rule: Rule, wrap = (redis: RedisStore): RedisStore => redis) {
+  const store = createFleetStore({
+    redis: wrap(createRedisStore({ url, timeoutMs: 5_000, prefix, clock: systemClock })),
+    clock: systemClock,
+    log: pino({ level: 'silent' }),
+    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
+    rules: [rule],
+    redisTimeoutMs: 5_000,
+    fleetFloor: 2,
+    timing: { heartbeatMs: 1_000, presenceTtlMs: 60_000, freshGraceMs: 0 },
+    onCooldown: () => {}
+  })
+  await store.start()
+  t.teardown(() => store.close())
+  return store
+}
