@@ -6,9 +6,10 @@
 // counts it as leaving now; Redis timed it from its take and would drop it a window later,
 // when another sidecar could spend its place while it still waits and both reach TI together.
 // So it is renewed in Redis (LEAVING: ZADD GT at Redis's TIME) every half of its shortest
-// window: Redis never holds it older than that half, nor drops it. Renewal ends when it
-// leaves (re-timed once more if late), is given back, or the ledger stops holding it
-// (PENDING_HOLD_MS).
+// window: Redis never holds it older than that half, nor drops it. One timer per rule renews
+// all of that rule's waiting sends in one script, so the cost grows with the rules, not the
+// sends. Renewal ends when a send leaves (re-timed once more if late), is given back, or the
+// ledger stops holding it (PENDING_HOLD_MS).
 import type { Clock } from '../clock.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import { PENDING_HOLD_MS, type Ledger } from './ledger.js'
@@ -34,67 +35,94 @@ export interface DeparturesOptions {
   view: FleetView
 }
 
+/** One rule's sends waiting to leave, each with when the ledger stops holding it; renewed by one timer. */
+interface Waiting {
+  limits: readonly Limit[]
+  everyMs: number
+  ids: Map<string, number>
+  cancel: (() => void) | undefined
+}
+
+/** Most send ids renewed in one script (a rule may have thousands waiting behind a full pool). */
+const RENEW_BATCH = 1_000
+
 export function createDepartures ({ clock, ledger, redis, view }: DeparturesOptions) {
-  const renewals = new Map<string, () => void>()
+  const waiting = new Map<string, Waiting>()
   let closed = false
 
-  /** Tells Redis the send leaves now, while shared. Fire and forget, as a refund: a re-time Redis misses leaves it at its take's time there. */
-  const retime = (scope: string, limits: readonly Limit[], id: string): void => {
-    if (view.state === 'shared') redis.leaving(scope, limits, id).catch(() => {})
+  /** Tells Redis the sends leave now, while shared. Fire and forget, as a refund: a re-time Redis misses leaves them at their last time there. */
+  const retime = (scope: string, limits: readonly Limit[], ids: readonly string[]): void => {
+    if (view.state !== 'shared') return
+    for (let i = 0; i < ids.length; i += RENEW_BATCH) redis.leaving(scope, limits, ...ids.slice(i, i + RENEW_BATCH)).catch(() => {})
   }
 
-  /** A send admitted now: renewed every half window until it leaves or is given back. */
-  function admitted (scope: string, limits: readonly Limit[], id: string): void {
+  function arm (scope: string, rule: Waiting, ms: number): void {
+    rule.cancel = clock.setTimer(() => {
+      const now = clock.now()
+      for (const [id, until] of rule.ids) if (until <= now) rule.ids.delete(id)
+      if (rule.ids.size === 0) {
+        waiting.delete(scope)
+        return
+      }
+      retime(scope, rule.limits, [...rule.ids.keys()])
+      arm(scope, rule, rule.everyMs)
+    }, ms)
+  }
+
+  /** A send admitted (its take asked of Redis at `askedAt`): renewed every half window until it leaves or is given back. */
+  function admitted (scope: string, limits: readonly Limit[], id: string, askedAt: number): void {
     const everyMs = Math.floor(Math.min(...limits.map((limit) => limit.windowMs)) / 2)
     // A window of 2 ms or less has no half to renew in; one of twice the hold or more
-    // outlasts any wait the ledger still holds as leaving now.
-    // Closed (a take in flight when the store closed): Redis is no longer asked anything.
+    // outlasts any wait the ledger still holds as leaving now. Closed (a take in flight when
+    // the store closed): Redis is no longer asked anything.
     if (closed || everyMs < 1 || everyMs >= PENDING_HOLD_MS) return
-    const until = clock.now() + PENDING_HOLD_MS
-    const arm = (): void => {
-      renewals.set(id, clock.setTimer(() => {
-        retime(scope, limits, id)
-        if (clock.now() + everyMs < until) arm()
-        else renewals.delete(id)
-      }, everyMs))
+    let rule = waiting.get(scope)
+    if (rule === undefined) {
+      rule = { limits, everyMs, ids: new Map(), cancel: undefined }
+      waiting.set(scope, rule)
+      // Redis timed the send no earlier than its take was asked: half a window from then.
+      arm(scope, rule, Math.max(0, askedAt + everyMs - clock.now()))
     }
-    arm()
+    rule.ids.set(id, askedAt + PENDING_HOLD_MS)
   }
 
-  function settled (id: string): void {
-    renewals.get(id)?.()
-    renewals.delete(id)
+  function settled (scope: string, id: string): void {
+    const rule = waiting.get(scope)
+    if (rule === undefined || !rule.ids.delete(id) || rule.ids.size > 0) return
+    rule.cancel?.()
+    waiting.delete(scope)
   }
 
-  const renewed = (scope: string, limits: readonly Limit[], taken: Take): Take => {
-    if (taken.kind === 'ok' && taken.id !== '') admitted(scope, limits, taken.id)
+  const renewed = (scope: string, limits: readonly Limit[], taken: Take, askedAt: number): Take => {
+    if (taken.kind === 'ok' && taken.id !== '') admitted(scope, limits, taken.id, askedAt)
     return taken
   }
 
   return {
     /** A store's take, every send it admits renewed while it waits. */
     renewing: (take: TakeFn): TakeFn => (scope, limits) => {
+      const askedAt = clock.now()
       const taken = take(scope, limits)
-      return taken instanceof Promise ? taken.then((t) => renewed(scope, limits, t)) : renewed(scope, limits, taken)
+      return taken instanceof Promise ? taken.then((t) => renewed(scope, limits, t, askedAt)) : renewed(scope, limits, taken, askedAt)
     },
     /** Nothing of the request was written: its point goes back, here and in Redis. */
     refund (scope: string, limits: readonly Limit[], id: string): void {
-      settled(id)
+      settled(scope, id)
       ledger.refund(scope, limits, id)
       // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
       if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
     },
     /** Its request is being written: it counts from now; Redis is told only when it waited (no round trip on the common path). */
     leaving (scope: string, limits: readonly Limit[], id: string): void {
-      settled(id)
-      if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS) retime(scope, limits, id)
+      settled(scope, id)
+      if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS) retime(scope, limits, [id])
     },
     /** Sends being renewed now. */
-    waiting: (): number => renewals.size,
+    waiting: (): number => [...waiting.values()].reduce((n, rule) => n + rule.ids.size, 0),
     close (): void {
       closed = true
-      for (const cancel of renewals.values()) cancel()
-      renewals.clear()
+      for (const rule of waiting.values()) rule.cancel?.()
+      waiting.clear()
     }
   }
 }

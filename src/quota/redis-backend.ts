@@ -202,10 +202,11 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
      * The send's request is being written: each log of its rule has it from Redis's now (never
      * earlier), again if a wait past its window dropped it (a refunded send never leaves).
      */
-    async leaving (scope: string, limits: readonly Limit[], sendId: string): Promise<void> {
-      if (limits.length === 0) return
+    /** The sends leave now (or still wait: renewed), each timed at Redis's TIME in every log of the rule, never earlier. */
+    async leaving (scope: string, limits: readonly Limit[], ...sendIds: string[]): Promise<void> {
+      if (limits.length === 0 || sendIds.length === 0) return
       const keys = [...fleetKeys, ...limits.map((l) => logKey(scope, l))]
-      await client.sapLeaving(keys.length, ...keys, sendId)
+      await client.sapLeaving(keys.length, ...keys, ...sendIds)
     },
     async coolDown (scope: string, request: CooldownRequest): Promise<number> {
       const cooldown = key(scope, 'cooldown')

@@ -371,10 +371,10 @@ end
 return 0
 `
 
-// KEYS, ARGV: REFUND's. The send leaves now (GT: never earlier; added again if it waited past its window).
+// KEYS: REFUND's; ARGV: send ids, each leaving now or renewed while it waits (GT: never earlier; re-added if dropped).
 export const LEAVING = CLOCK + `
 for i = 9, #KEYS do
-  if redis.call('ZADD', KEYS[i], 'GT', 'CH', now, ARGV[1]) == 1 then noteLatest(KEYS[i], now) end
+  for j = 1, #ARGV do if redis.call('ZADD', KEYS[i], 'GT', 'CH', now, ARGV[j]) == 1 then noteLatest(KEYS[i], now) end end
 end
 `
 

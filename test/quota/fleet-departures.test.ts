@@ -16,7 +16,7 @@ function setup (t: Test, rules: string) {
   const c = fakeClock()
   const calls: string[] = []
   const redis = {
-    async leaving (_scope: string, _limits: unknown, id: string) { calls.push(`leaving ${id}`) },
+    async leaving (_scope: string, _limits: unknown, ...ids: string[]) { calls.push(`leaving ${ids.join(',')}`) },
     async refund (_scope: string, _limits: unknown, id: string) { calls.push(`refund ${id}`) }
   } as unknown as RedisStore
   const view = createFleetView(2, 0)
@@ -27,17 +27,22 @@ function setup (t: Test, rules: string) {
   const rule = parseRules(rules, 'RATE_LIMITS').rules[0]
   if (rule === undefined) throw new Error('a rule')
   let n = 0
-  const take = departures.renewing((scope, limits): Take => {
+  /** The take's reply comes this many ms after it was asked (0: at once). */
+  let replyMs = 0
+  const take = departures.renewing((scope, limits): Take | Promise<Take> => {
     const id = `s${++n}`
-    ledger.record(scope, limits, id)
-    return { kind: 'ok', id }
+    const admitted = (): Take => {
+      ledger.record(scope, limits, id)
+      return { kind: 'ok', id }
+    }
+    return replyMs === 0 ? admitted() : c.tick(replyMs).then(admitted)
   })
   const admit = (): string => {
     const taken = take(rule.id, rule.limits) as Take
     if (taken.kind !== 'ok') throw new Error('admitted')
     return taken.id
   }
-  return { c, calls, view, departures, rule, admit }
+  return { c, calls, view, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms } }
 }
 
 t.test('renewed every half of the shortest window while it waits; once more when it leaves late; then never', async (t) => {
@@ -95,4 +100,25 @@ t.test('renewals end with the ledger\'s hold, at close, and while not shared; no
   const long = setup(t, 'GET /catalog 1/4h')
   long.admit()
   t.equal(long.departures.waiting(), 0, 'a 4 h window: the hold ends long before Redis would drop it')
+})
+
+t.test('one script renews every send of a rule waiting, at the pace of the first; the first half window counts from the take\'s ask', async (t) => {
+  const { c, calls, departures, rule, admit } = setup(t, 'GET /a 100/1s')
+  const ids = [admit()]
+  await c.tick(200)
+  ids.push(admit(), admit())
+  await c.tick(300)
+  t.same(calls, [`leaving ${ids.join(',')}`], 'all three in one call, at half a window after the first')
+  departures.leaving(rule.id, rule.limits, ids[0] as string)
+  await c.tick(500)
+  t.same(calls.slice(2), [`leaving ${ids.slice(1).join(',')}`], 'the one that left (re-timed on its own) is no longer renewed')
+
+  const slow = setup(t, 'GET /a 2/1s')
+  slow.slowReplies(300)
+  const taken = await slow.take(slow.rule.id, slow.rule.limits)
+  t.same(slow.calls, [], 'the reply came 300 ms after the ask')
+  await slow.c.tick(199)
+  t.same(slow.calls, [])
+  await slow.c.tick(1)
+  t.same(slow.calls, [`leaving ${taken.kind === 'ok' ? taken.id : ''}`], 'renewed half a window after the ask, not after the reply')
 })
