@@ -1,7 +1,7 @@
 // What a sidecar of the fleet decides without Redis, from its own ledger: its share of each
 // limit (floor(limit / the fleet size or the largest declared); none without
-// RATE_LIMIT_FLEET_SIZE), and from when it is
-// safe to spend. Part of the fleet's store (fleet-store.ts), loaded only with Redis.
+// RATE_LIMIT_FLEET_SIZE), and from when it is safe to spend. Part of the fleet's store
+// (fleet-store.ts), loaded only with Redis.
 import type { Limit } from '../config/rate-limit-rules.js'
 import type { Ledger } from './ledger.js'
 import { ledgerBudget, type Remaining } from './rate-limit-fields.js'

@@ -38,8 +38,6 @@ import { createConversation } from './fleet-conversation.js'
 
 export type { FleetState, FleetTiming }
 
-export { RETIME_AFTER_MS } from './fleet-departures.js'
-
 export const DEFAULT_FLEET_TIMING: FleetTiming = Object.freeze({ heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 3_000 })
 
 /** As reported: `settling` is shared but within the grace of a young epoch (budgets still refused). */

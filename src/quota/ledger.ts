@@ -86,6 +86,9 @@ interface Log {
   readonly waiting: Send[]
 }
 
+/** The sends a log counts: those that left and those waiting to. */
+const counted = (log: Log): number => log.sent.length + log.waiting.length
+
 export function createLedger (clock: Clock): Ledger {
   /** Per scope and limit: the sends inside the window. */
   const logs = new Map<string, Log>()
@@ -113,7 +116,7 @@ export function createLedger (clock: Clock): Ledger {
     let gone = 0
     while (gone < log.sent.length && now - (log.sent[gone]?.at ?? 0) >= limit.windowMs) gone++
     if (gone > 0) log.sent.splice(0, gone)
-    if (log.sent.length + log.waiting.length > 0) return log
+    if (counted(log) > 0) return log
     logs.delete(key)
     return undefined
   }
@@ -126,9 +129,9 @@ export function createLedger (clock: Clock): Ledger {
       if (cap <= 0) return Infinity
       const log = live(scope, limit, now)
       if (log === undefined) continue
-      if (log.sent.length + log.waiting.length < cap) continue
+      if (counted(log) < cap) continue
       // The send that must leave the window before one more fits: a waiting one leaves it a window from now at the soonest.
-      const leaving = log.sent.length + log.waiting.length - cap
+      const leaving = counted(log) - cap
       const at = leaving < log.sent.length ? (log.sent[leaving]?.at ?? now) : now
       ms = Math.max(ms, at + limit.windowMs - now)
     }
@@ -184,7 +187,7 @@ export function createLedger (clock: Clock): Ledger {
     refund,
     used: (scope, limit) => {
       const log = live(scope, limit, clock.now())
-      return log === undefined ? 0 : log.sent.length + log.waiting.length
+      return log === undefined ? 0 : counted(log)
     },
     open
   }

@@ -199,10 +199,9 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       await client.sapRefund(keys.length, ...keys, sendId)
     },
     /**
-     * The send's request is being written: each log of its rule has it from Redis's now (never
-     * earlier), again if a wait past its window dropped it (a refunded send never leaves).
+     * The sends' requests are being written, or still wait (renewed): each log of their rule has
+     * them from Redis's now (never earlier), again if a wait past its window dropped one.
      */
-    /** The sends leave now (or still wait: renewed), each timed at Redis's TIME in every log of the rule, never earlier. */
     async leaving (scope: string, limits: readonly Limit[], ...sendIds: string[]): Promise<void> {
       if (limits.length === 0 || sendIds.length === 0) return
       const keys = [...fleetKeys, ...limits.map((l) => logKey(scope, l))]
