@@ -10,6 +10,11 @@
 // all of that rule's waiting sends in one script, so the cost grows with the rules, not the
 // sends. Renewal ends when a send leaves (re-timed once more if late), is given back, or the
 // ledger stops holding it (PENDING_HOLD_MS).
+//
+// A send Redis admitted that leaves late while Redis cannot be told (degraded, or not heard
+// from for a heartbeat and a timeout) would be counted by the fleet from where Redis last
+// placed it, earlier than TI counts it: another sidecar could spend its place while TI still
+// counts it. It is refused instead, unsent.
 import type { Clock } from '../clock.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import { PENDING_HOLD_MS, type Ledger } from './ledger.js'
@@ -33,6 +38,15 @@ export interface DeparturesOptions {
   ledger: Ledger
   redis: RedisStore
   view: FleetView
+  /** A send refused as it leaves is asked again after this (Redis is probed that often). */
+  retryMs: number
+  /**
+   * Redis not heard from for longer than this (a heartbeat and a command's timeout) may be
+   * frozen while still counted shared: a re-time sent now may never land.
+   */
+  quietMs: number
+  /** When Redis last answered (local monotonic ms). */
+  heardAt: () => number
 }
 
 /** One rule's sends waiting to leave, each with when the ledger stops holding it; renewed by one timer. */
@@ -46,20 +60,32 @@ interface Waiting {
 /** Most send ids renewed in one script (a rule may have thousands waiting behind a full pool). */
 const RENEW_BATCH = 1_000
 
-export function createDepartures ({ clock, ledger, redis, view }: DeparturesOptions) {
+export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs, heardAt }: DeparturesOptions) {
   const waiting = new Map<string, Waiting>()
+  /** Sends Redis admitted and that have not left: no earlier than when Redis last placed each (its take, or a renewal it answered). */
+  const placed = new Map<string, number>()
   let closed = false
 
   /** Tells Redis the sends leave now, while shared. Fire and forget, as a refund: a re-time Redis misses leaves them at their last time there. */
   const retime = (scope: string, limits: readonly Limit[], ids: readonly string[]): void => {
     if (view.state !== 'shared') return
-    for (let i = 0; i < ids.length; i += RENEW_BATCH) redis.leaving(scope, limits, ...ids.slice(i, i + RENEW_BATCH)).catch(() => {})
+    const askedAt = clock.now()
+    for (let i = 0; i < ids.length; i += RENEW_BATCH) {
+      const batch = ids.slice(i, i + RENEW_BATCH)
+      redis.leaving(scope, limits, ...batch).then(() => {
+        for (const id of batch) if (placed.has(id)) placed.set(id, askedAt)
+      }, () => {})
+    }
   }
 
   function arm (scope: string, rule: Waiting, ms: number): void {
     rule.cancel = clock.setTimer(() => {
       const now = clock.now()
-      for (const [id, until] of rule.ids) if (until <= now) rule.ids.delete(id)
+      for (const [id, until] of rule.ids) {
+        if (until > now) continue
+        rule.ids.delete(id)
+        placed.delete(id)
+      }
       if (rule.ids.size === 0) {
         waiting.delete(scope)
         return
@@ -87,6 +113,7 @@ export function createDepartures ({ clock, ledger, redis, view }: DeparturesOpti
   }
 
   function settled (scope: string, id: string): void {
+    placed.delete(id)
     const rule = waiting.get(scope)
     if (rule === undefined || !rule.ids.delete(id) || rule.ids.size > 0) return
     rule.cancel?.()
@@ -112,10 +139,23 @@ export function createDepartures ({ clock, ledger, redis, view }: DeparturesOpti
       // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
       if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
     },
-    /** Its request is being written: it counts from now; Redis is told only when it waited (no round trip on the common path). */
-    leaving (scope: string, limits: readonly Limit[], id: string): void {
+    /** Redis admitted the send (its take asked at `askedAt`): it placed it no earlier than that. */
+    placedBy (id: string, askedAt: number): void {
+      if (!closed) placed.set(id, askedAt)
+    },
+    /**
+     * Its request is about to be written: it counts from now; Redis is told only when it waited
+     * (no round trip on the common path). Returns 0, or the ms after which to ask again when it
+     * must not go: Redis admitted it, it waited since Redis last placed it, and Redis cannot be
+     * told now (its point is then given back with `refund`, nothing written).
+     */
+    leaving (scope: string, limits: readonly Limit[], id: string): number {
+      const placedAt = placed.get(id)
+      const now = clock.now()
+      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || now - heardAt() > quietMs)) return retryMs
       settled(scope, id)
       if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS) retime(scope, limits, [id])
+      return 0
     },
     /** Sends being renewed now. */
     waiting: (): number => [...waiting.values()].reduce((n, rule) => n + rule.ids.size, 0),
@@ -123,6 +163,7 @@ export function createDepartures ({ clock, ledger, redis, view }: DeparturesOpti
       closed = true
       for (const rule of waiting.values()) rule.cancel?.()
       waiting.clear()
+      placed.clear()
     }
   }
 }

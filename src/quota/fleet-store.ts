@@ -93,6 +93,10 @@ export function createFleetStore (options: FleetStoreOptions) {
   const { setState, learn } = reporting
   const conversation = createConversation({ view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown })
   const { fallBack, reassert, schedule } = conversation
+  // From admission until its request is written or given up (fleet-departures.ts).
+  const departures = createDepartures({
+    clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: timing.heartbeatMs + redisTimeoutMs, heardAt: redis.heardAt
+  })
   const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, largestDeclared: () => member.sizes?.hi ?? 0 })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
@@ -116,6 +120,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     switch (reply.code) {
       case 'ok':
         learn(reply)
+        departures.placedBy(id, askedAt)
         return admit(ledger, scope, limits, id, askedAt)
       case 'cooldown':
         learn(reply)
@@ -146,9 +151,6 @@ export function createFleetStore (options: FleetStoreOptions) {
     if (now < view.graceUntil && limits.length > 0) return { kind: 'degraded', ms: view.graceUntil - now, lost: true }
     return shared(scope, limits)
   }
-
-  // From admission until its request is written or given up (fleet-departures.ts).
-  const departures = createDepartures({ clock, ledger, redis, view })
 
   const store: Store = {
     take: departures.renewing(take),

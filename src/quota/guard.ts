@@ -28,7 +28,15 @@ export type Refusal = 'budget' | 'cooldown' | 'degraded'
 
 export type Verdict =
   | { readonly ok: true, readonly delayed: boolean, readonly ticket: Ticket | undefined }
-  | { readonly ok: false, readonly reason: Refusal, readonly retryAfterMs: number, readonly scope: string, readonly lost?: boolean }
+  | {
+    readonly ok: false
+    readonly reason: Refusal
+    readonly retryAfterMs: number
+    readonly scope: string
+    readonly lost?: boolean
+    /** Refused as it was leaving: it waited since the fleet's tally placed it, and Redis cannot be told (`leaving`). */
+    readonly late?: boolean
+  }
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
 
@@ -142,14 +150,19 @@ function sleep (clock: Clock, ms: number, caller: Caller): Promise<boolean> {
 function describe (verdict: Extract<Verdict, { retryAfterMs: number }>): { message: string, retryAfterSeconds: number } {
   const seconds = retryAfterSeconds(verdict.retryAfterMs)
   const name = verdict.scope === UPSTREAM_SCOPE ? 'the upstream' : `rule ${verdict.scope}`
-  const message = verdict.reason === 'cooldown'
-    ? `${name} is in a cool-down after the gateway's rate-limit answer; retry after ${seconds} s`
-    : verdict.reason === 'degraded' && verdict.lost === true
-      ? `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window; retry after ${seconds} s`
-      : verdict.reason === 'degraded'
-        ? `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent; retry after ${seconds} s`
-        : `the budget of ${name} is spent; retry after ${seconds} s`
-  return { message, retryAfterSeconds: seconds }
+  return { message: `${refusedBecause(verdict, name)}; retry after ${seconds} s`, retryAfterSeconds: seconds }
+}
+
+function refusedBecause (verdict: Extract<Verdict, { retryAfterMs: number }>, name: string): string {
+  if (verdict.reason === 'cooldown') return `${name} is in a cool-down after the gateway's rate-limit answer`
+  if (verdict.reason === 'budget') return `the budget of ${name} is spent`
+  if (verdict.late === true) {
+    return `the request of ${name} waited to be sent while rate-limit redis stopped answering: the fleet's tally may no longer count it, so it was not sent`
+  }
+  if (verdict.lost === true) {
+    return `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window`
+  }
+  return `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent`
 }
 
 /** For /status: where budgets live, the fleet as last seen, each rule's share, the cool-downs under way. */
@@ -187,11 +200,11 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   const store: Store = durable === undefined ? base : persistingStore(base, durable.save, log)
   const gauge = createCooldownGauge(clock, metrics, cooldowns, [...rules.map((r) => r.id), UPSTREAM_SCOPE])
 
-  function refuse (scope: string, reason: Refusal, ms: number, lost = false): Verdict {
+  function refuse (scope: string, reason: Refusal, ms: number, why: { lost?: true, late?: true } = {}): Verdict {
     metrics.rateLimited.inc({ rule: scope, reason, action: 'refused' })
     // A cool-down refused for is on its gauge, whoever started it (no cool-down under way: nothing to note).
     gauge.note(scope)
-    return { ok: false, reason, retryAfterMs: ms, scope, ...(lost ? { lost } : {}) }
+    return { ok: false, reason, retryAfterMs: ms, scope, ...why }
   }
 
   // The common path (no limits to take, e.g. cool-downs on and no rules) allocates nothing.
@@ -212,7 +225,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // Over budget (the fleet's, or this sidecar's share): wait if it frees within
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
-      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true)
+      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true ? { lost: true } : {})
       if (await sleep(clock, result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)
@@ -260,9 +273,15 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     refund (ticket: Ticket | undefined): void {
       if (ticket !== undefined) store.refund(ticket.scope, ticket.limits, ticket.id)
     },
-    /** A ticket's request is about to be written: its send counts from now, not from its admission. */
-    leaving (ticket: Ticket | undefined): void {
-      if (ticket !== undefined) store.leaving(ticket.scope, ticket.limits, ticket.id)
+    /**
+     * A ticket's request is about to be written: its send counts from now, not from its
+     * admission. Or a refusal, when it must not go (the fleet's store says why: fleet-departures.ts);
+     * its point is then given back with `refund` like any request not sent.
+     */
+    leaving (ticket: Ticket | undefined): Verdict | undefined {
+      if (ticket === undefined) return undefined
+      const ms = store.leaving(ticket.scope, ticket.limits, ticket.id)
+      return ms > 0 ? refuse(ticket.scope, 'degraded', ms, { late: true }) : undefined
     },
     /** The upstream's final answer began: a 429 starts a cool-down. */
     answered (rule: Rule | undefined, answer: Answer): void {

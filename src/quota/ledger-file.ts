@@ -155,7 +155,7 @@ export function persistingStore (store: Store, save: () => Promise<void>, log: L
     refund: (scope, limits, id) => { store.refund(scope, limits, id) },
     // No wait before the send: its new time is in the next write (until then the file has it
     // leaving at that write, or at its admission: a restart meanwhile counts it a little early).
-    leaving: (scope, limits, id) => { store.leaving(scope, limits, id) },
+    leaving: (scope, limits, id) => store.leaving(scope, limits, id),
     coolDown: (scope, request) => store.coolDown(scope, request)
   }
 }

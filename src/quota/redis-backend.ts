@@ -134,6 +134,8 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
 
   return {
     displayUrl,
+    /** When (local monotonic ms) Redis last answered a script that reads its clock (a take, a heartbeat): -Infinity before any. */
+    heardAt: (): number => calibration?.localMs ?? -Infinity,
     /** Reads Redis's clock (no side effect): needed once before any script with a deadline. */
     async readClock (): Promise<void> {
       const [seconds, micros] = await client.time()

@@ -45,8 +45,12 @@ export interface Store {
   take: (scope: string, limits: readonly Limit[]) => Take | Promise<Take>
   /** Gives a taken point back: nothing of the request was written to the upstream. */
   refund: (scope: string, limits: readonly Limit[], id: string) => void
-  /** The send's request is about to be written: it counts from now, not from its admission. */
-  leaving: (scope: string, limits: readonly Limit[], id: string) => void
+  /**
+   * The send's request is about to be written: it counts from now, not from its admission.
+   * 0, or it must not go (the fleet may count it from earlier than now, and cannot be told):
+   * ask again in that many ms; its point is given back with `refund`.
+   */
+  leaving: (scope: string, limits: readonly Limit[], id: string) => number
   /** Starts (or lengthens) the scope's cool-down here, and in the fleet when shared; the ms until it ends here. */
   coolDown: (scope: string, request: CooldownRequest) => number
 }
@@ -145,7 +149,10 @@ export function createLocalStore (clock: Clock, cooldowns: Cooldowns, ledger: Le
       return { kind: 'ok', id }
     },
     refund: (scope, limits, id) => { ledger.refund(scope, limits, id) },
-    leaving: (scope, limits, id) => { ledger.leave(scope, limits, id) },
+    leaving: (scope, limits, id) => {
+      ledger.leave(scope, limits, id)
+      return 0
+    },
     coolDown: (scope, request) => cooldowns.start(scope, request)
   }
 }

@@ -50,9 +50,10 @@ export interface ForwardHooks {
   unsent?: () => void
   /**
    * The request is about to be written to the upstream (it has its connection; nothing of it
-   * went out yet): called at most once, never with `unsent`. The quota guard times its send from here.
+   * went out yet): called at most once. The quota guard times its send from here. An error
+   * returned stops it: nothing is written, `unsent` follows, then `failed` with that error.
    */
-  sending?: () => void
+  sending?: () => Error | undefined
   /** Nothing was sent to the caller and nothing will be: the caller still waits for an answer. */
   failed: (err: Error) => void
   /** The upstream's answer is being written to the caller, directly from here on. */
@@ -167,10 +168,15 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
       c.abort(new Error('the request left the queue unsent'))
       return
     }
+    const refused = this.#hooks.sending?.()
+    if (refused !== undefined) {
+      this.#giveBack()
+      c.abort(refused)
+      return
+    }
     this.#controller = c
     this.#moveTo('sent')
     this.#startedAt = performance.now()
-    this.#hooks.sending?.()
   }
 
   onResponseStart (c: Dispatcher.DispatchController, statusCode: number, headers: HeldAnswer['headers']): void {

@@ -4,7 +4,7 @@
 // for windows the hold outlasts. A fake clock and a Redis double that records the calls (the
 // LEAVING script itself: redis-scripts.test.ts; two sidecars on a real Redis: late-fleet.test.ts).
 import t, { type Test } from 'tap'
-import { parseRules } from '../../src/config/rate-limit-rules.js'
+import { parseRules, type Limit } from '../../src/config/rate-limit-rules.js'
 import { createDepartures, RETIME_AFTER_MS } from '../../src/quota/fleet-departures.js'
 import { createFleetView } from '../../src/quota/fleet-view.js'
 import { createLedger, PENDING_HOLD_MS } from '../../src/quota/ledger.js'
@@ -15,14 +15,21 @@ import { fakeClock } from '../helpers/fake-clock.js'
 function setup (t: Test, rules: string) {
   const c = fakeClock()
   const calls: string[] = []
+  /** Redis answers nothing: renewals fail (the view is changed apart, as the conversation would). */
+  let cut = false
   const redis = {
-    async leaving (_scope: string, _limits: unknown, ...ids: string[]) { calls.push(`leaving ${ids.join(',')}`) },
+    async leaving (_scope: string, _limits: unknown, ...ids: string[]) {
+      calls.push(`leaving ${ids.join(',')}`)
+      if (cut) throw new Error('cut off')
+    },
     async refund (_scope: string, _limits: unknown, id: string) { calls.push(`refund ${id}`) }
   } as unknown as RedisStore
   const view = createFleetView(2, 0)
   view.state = 'shared'
   const ledger = createLedger(c.clock)
-  const departures = createDepartures({ clock: c.clock, ledger, redis, view })
+  /** When Redis last answered: always just now, unless told. */
+  let heard: number | undefined
+  const departures = createDepartures({ clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 1_200, heardAt: () => heard ?? c.clock.now() })
   t.teardown(() => { departures.close() })
   const rule = parseRules(rules, 'RATE_LIMITS').rules[0]
   if (rule === undefined) throw new Error('a rule')
@@ -31,7 +38,10 @@ function setup (t: Test, rules: string) {
   let replyMs = 0
   const take = departures.renewing((scope, limits): Take | Promise<Take> => {
     const id = `s${++n}`
+    const askedAt = c.clock.now()
     const admitted = (): Take => {
+      // As the fleet store does for a take Redis decided.
+      departures.placedBy(id, askedAt)
       ledger.record(scope, limits, id)
       return { kind: 'ok', id }
     }
@@ -42,7 +52,7 @@ function setup (t: Test, rules: string) {
     if (taken.kind !== 'ok') throw new Error('admitted')
     return taken.id
   }
-  return { c, calls, view, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms } }
+  return { c, calls, view, ledger, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms }, cutOff: () => { cut = true }, heardAt: (at: number) => { heard = at } }
 }
 
 t.test('renewed every half of the shortest window while it waits; once more when it leaves late; then never', async (t) => {
@@ -121,4 +131,54 @@ t.test('one script renews every send of a rule waiting, at the pace of the first
   t.same(slow.calls, [])
   await slow.c.tick(1)
   t.same(slow.calls, [`leaving ${taken.kind === 'ok' ? taken.id : ''}`], 'renewed half a window after the ask, not after the reply')
+})
+
+t.test('cut off from Redis, a send Redis admitted that waited is refused as it leaves, unsent; one that did not wait goes', async (t) => {
+  const { c, view, ledger, departures, rule, admit, cutOff } = setup(t, 'GET /a 2/1s')
+  const waited = admit()
+  const quick = admit()
+  cutOff()
+  await c.tick(400)
+  view.state = 'degraded'
+  await c.tick(RETIME_AFTER_MS - 1)
+  t.equal(departures.leaving(rule.id, rule.limits, waited), 1_000, 'refused: the fleet counts it from its take, 449 ms before TI would')
+  t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 2, 'still counted until it is given back')
+  departures.refund(rule.id, rule.limits, waited)
+  t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 1, 'given back')
+  t.equal(departures.waiting(), 1)
+  const fresh = admit()
+  t.equal(departures.leaving(rule.id, rule.limits, fresh), 0, 'placed just now: it goes')
+  t.equal(departures.leaving(rule.id, rule.limits, quick), 1_000, 'the other, as late, refused too')
+})
+
+t.test('shared, a late send goes (Redis re-times it); cut off, one Redis renewed within the margin goes, and one decided alone always goes', async (t) => {
+  const { c, view, departures, rule, admit, cutOff, ledger } = setup(t, 'GET /a 2/1s')
+  const late = admit()
+  await c.tick(300)
+  t.equal(departures.leaving(rule.id, rule.limits, late), 0, 'shared: it goes, re-timed')
+  const renewed = admit()
+  await c.tick(500)
+  // The renewal at 500 ms was answered: Redis placed it again then.
+  cutOff()
+  view.state = 'degraded'
+  await c.tick(RETIME_AFTER_MS - 1)
+  t.equal(departures.leaving(rule.id, rule.limits, renewed), 0, 'renewed 49 ms ago: it goes')
+  const next = admit()
+  await c.tick(500)
+  t.equal(departures.leaving(rule.id, rule.limits, next), 1_000, 'its renewal failed: refused')
+  // A send decided alone (no placedBy): its ledger is its account; it goes however late.
+  ledger.record(rule.id, rule.limits, 'alone-1')
+  await c.tick(700)
+  t.equal(departures.leaving(rule.id, rule.limits, 'alone-1'), 0, 'decided alone: it goes')
+})
+
+t.test('shared but Redis not heard from for a heartbeat and a timeout: a late send is refused; heard within that, it goes', async (t) => {
+  const { c, departures, rule, admit, heardAt } = setup(t, 'GET /a 2/1s 10/1h')
+  const a = admit()
+  const b = admit()
+  heardAt(c.clock.now())
+  await c.tick(1_200)
+  t.equal(departures.leaving(rule.id, rule.limits, a), 0, 'heard 1.2 s ago: it goes')
+  await c.tick(1)
+  t.equal(departures.leaving(rule.id, rule.limits, b), 1_000, 'heard 1.201 s ago: refused')
 })

@@ -14,10 +14,14 @@ import { captureLogs } from '../helpers/logs.js'
 export type Script = ReturnType<typeof scriptedRedis>['script']
 
 /** A take whose request, admitted, leaves at once (as most do: the wait to leave is late-sends.test.ts's). */
-export async function takeAndSend (store: Pick<Store, 'take' | 'leaving'>, scope: string, limits: readonly Limit[]): Promise<Take> {
+export async function takeAndSend (store: Pick<Store, 'take' | 'leaving' | 'refund'>, scope: string, limits: readonly Limit[]): Promise<Take> {
   const taken = await store.take(scope, limits)
-  if (taken.kind === 'ok') store.leaving(scope, limits, taken.id)
-  return taken
+  if (taken.kind !== 'ok') return taken
+  // Refused as it leaves (fleet-departures.ts): given back, nothing sent.
+  const ms = store.leaving(scope, limits, taken.id)
+  if (ms === 0) return taken
+  store.refund(scope, limits, taken.id)
+  return { kind: 'degraded', ms }
 }
 
 export function scriptedRedis () {
@@ -46,6 +50,8 @@ export function scriptedRedis () {
   const fleet = () => ({ fleetSize: s.fleetSize, present: s.present })
   const redis = {
     displayUrl: 'redis://127.0.0.1:6379',
+    // Every command answers as it is asked: Redis is never unheard (Infinity: whatever the clock).
+    heardAt: () => Infinity,
     async readClock () { await run('time') },
     async take (): Promise<TakeReply> { await run('take'); return { code: 'ok', ms: 0, ...fleet(), ...s.take() } },
     async reassert (member: Member, limits: readonly ReassertLimit[]): Promise<ReassertReply> {

@@ -7,6 +7,7 @@ import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { startRedis } from '../helpers/redis.js'
+import type { RedisStore } from '../../src/quota/redis-backend.js'
 import { realTimeMember } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
@@ -18,17 +19,46 @@ const memberOn = async (t: Test, url: string): Promise<ReturnType<typeof realTim
 const mostIn = (arrivals: readonly number[], ms: number): number =>
   Math.max(0, ...arrivals.map((a) => arrivals.filter((b) => b >= a && b < a + ms).length))
 
-async function scenario (t: Test, waitMs: number): Promise<number> {
+/** A's Redis: every call fails once cut (a partition), as ioredis's would after its timeout. */
+function cuttable (redis: RedisStore): { redis: RedisStore, cut: () => void } {
+  let cut = false
+  const proxy = new Proxy(redis, {
+    get (target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver) as unknown
+      if (typeof value !== 'function' || !CALLS.has(prop)) return value
+      return async (...args: unknown[]) => {
+        if (cut && prop === 'ping') return false
+        if (cut) throw new Error('cut off')
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+      }
+    }
+  })
+  return { redis: proxy, cut: () => { cut = true } }
+}
+const CALLS = new Set<string | symbol>(['take', 'reassert', 'heartbeat', 'peek', 'leave', 'refund', 'leaving', 'coolDown', 'ping', 'readClock'])
+
+async function scenario (t: Test, waitMs: number, { cutA = false } = {}): Promise<number> {
   if (rule === undefined) throw new Error('a rule')
   const server = await startRedis(t)
   const admin = new Redis(server.url)
   t.teardown(() => { admin.disconnect() })
-  const a = await memberOn(t, server.url)
+  let cutA_: () => void = () => {}
+  const a = await realTimeMember(t, server.url, 'late-fleet:', rule, (redis) => {
+    const c = cuttable(redis)
+    cutA_ = c.cut
+    return c.redis
+  })
   const b = await memberOn(t, server.url)
   const arrivals: number[] = []
   const aTakes = [await a.take(rule.id, rule.limits), await a.take(rule.id, rule.limits)]
+  if (cutA) cutA_()
   const aLeft = sleep(waitMs).then(() => {
-    for (const tk of aTakes) if (tk.kind === 'ok') { a.leaving(rule.id, rule.limits, tk.id); arrivals.push(performance.now()) }
+    for (const tk of aTakes) {
+      if (tk.kind !== 'ok') continue
+      // Refused as it leaves: given back, nothing sent.
+      if (a.leaving(rule.id, rule.limits, tk.id) > 0) a.refund(rule.id, rule.limits, tk.id)
+      else arrivals.push(performance.now())
+    }
   })
   if (waitMs === 0) await aLeft
   // B: a caller every 20 ms for 2 s, each sent as soon as admitted.
@@ -46,6 +76,11 @@ async function scenario (t: Test, waitMs: number): Promise<number> {
 
 t.test('A waits 1.5 s for a connection: most in 900 ms', async (t) => {
   const most = await scenario(t, 1_500)
+  t.ok(most <= 2, `${most} in 900 ms (limit 2/1s)`)
+})
+
+t.test('A waits 1.5 s and is cut off from Redis meanwhile: its sends are refused as they leave', async (t) => {
+  const most = await scenario(t, 1_500, { cutA: true })
   t.ok(most <= 2, `${most} in 900 ms (limit 2/1s)`)
 })
 

@@ -5,59 +5,13 @@
 import { execFileSync } from 'node:child_process'
 import { createReadStream } from 'node:fs'
 import { mkdir, mkdtemp, rm, unlink } from 'node:fs/promises'
-import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
-import { request } from 'undici'
 import { startSidecar } from '../helpers/build.js'
+import { get, mostIn, POOL, sleep, SLOW_MS, startUpstream, untilShared } from './late-upstream.js'
 import { startRedis } from '../helpers/redis.js'
-
-/** The upstream pool's connections (src/upstream/forward.ts): this many slow calls fill it. */
-const POOL = 128
-/** How long each slow call holds its connection. */
-const SLOW_MS = 3_000
-
-const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
-
-/** An upstream that notes when each request of /x arrives; /slow/* answers after SLOW_MS. */
-async function startUpstream (t: Test): Promise<{ url: string, arrivals: number[] }> {
-  const arrivals: number[] = []
-  const server = createServer((req, res) => {
-    if (req.url?.startsWith('/slow') === true) {
-      setTimeout(() => { res.end('slow') }, SLOW_MS)
-      return
-    }
-    arrivals.push(performance.now())
-    res.end('ok')
-  })
-  server.keepAliveTimeout = 60_000
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, arrivals }
-}
-
-/** The most arrivals in any interval of `ms`. */
-const mostIn = (arrivals: readonly number[], ms: number): number =>
-  Math.max(0, ...arrivals.map((a) => arrivals.filter((b) => b >= a && b < a + ms).length))
-
-async function get (url: string): Promise<number> {
-  const res = await request(url)
-  await res.body.text()
-  return res.statusCode
-}
-
-/** Waits until the sidecar shares its budgets through Redis (past the young tally's grace). */
-async function untilShared (adminUrl: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const status = await (await request(`${adminUrl}/status`)).body.json() as { rateLimits: { backend: string } }
-    if (status.rateLimits.backend === 'redis') return
-    await sleep(100)
-  }
-  throw new Error('never shared through Redis')
-}
 
 /**
  * `GET /x 2/1s`: two sends, then two more 300 ms later that wait (RATE_LIMIT_MAX_WAIT_MS) for

@@ -51,7 +51,10 @@ function hooks (over: Partial<ForwardHooks> = {}) {
     holds: () => false,
     held: () => { seen.held++ },
     unsent: () => { seen.unsent++ },
-    sending: () => { seen.sending++ },
+    sending: () => {
+      seen.sending++
+      return undefined
+    },
     failed: (err) => { seen.failed.push(err) },
     started: () => { seen.started++ },
     truncated: () => {},
@@ -127,4 +130,20 @@ t.test('`sending` comes once, as the request reaches its connection, never for o
   res.emit('close')
   dropped.onRequestStart(controller().c)
   t.same([gone.seen.sending, gone.seen.unsent], [0, 1], 'its caller left while it was queued: given back, never sent')
+})
+
+t.test('`sending` may stop it: nothing written, its point given back, then `failed` with the reason', async (t) => {
+  const why = new Error('refused as it was leaving')
+  const { h, seen } = hooks({ sending: () => why })
+  const res = callerResponse()
+  const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+  const { c, seen: asked } = controller()
+  handler.onRequestStart(c)
+  t.equal(asked.aborted, why, 'aborted before a byte is written')
+  t.equal(seen.unsent, 1, 'given back')
+  // undici reports the abort as the exchange's error.
+  handler.onResponseError(c, why)
+  t.same(seen.failed, [why], 'the caller is answered for it')
+  t.equal(seen.unsent, 1, 'once')
+  t.notOk(res.headersSent)
 })

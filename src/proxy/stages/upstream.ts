@@ -9,7 +9,7 @@ import type { Rule } from '../../config/rate-limit-rules.js'
 import { fillAnswered, fillFailed, fillHeld, fillHolds } from '../../cache/fill.js'
 import { BodyTooLargeError, sendError, UpstreamBusyError, upstreamError } from '../../http/errors.js'
 import { upstreamRequestHeaders } from '../../http/rules.js'
-import type { Ticket } from '../../quota/guard.js'
+import type { Ticket, Verdict } from '../../quota/guard.js'
 import { sendHeld } from '../../upstream/forward.js'
 import { callerGone, forwardedPath } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'
@@ -26,6 +26,8 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
     const newest = tokens.current()
     if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
+    /** The quota guard's refusal as the request was leaving, if it came to that. */
+    let refusal: Verdict | undefined
     idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
@@ -72,8 +74,16 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         else idempotency?.unsent(request.claim)
       },
       // Its send counts from now: it may have waited for a connection since its admission.
-      sending: () => { quota.leaving(ticket) },
+      // Or it must not go (the fleet cannot be told it left late): refused as at admission.
+      sending: () => {
+        refusal = quota.leaving(ticket)
+        return refusal === undefined ? undefined : new Error('refused by the quota guard as it was leaving')
+      },
       failed: (err) => {
+        if (refusal !== undefined) {
+          path.actOnVerdict(request, reply, rule, refusal)
+          return
+        }
         idempotency?.failed(request.claim)
         if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
         if (fill !== null) cache?.missed(fill.rule.id)
