@@ -23,16 +23,11 @@ export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFl
   bornAt: number
   /** Asks Redis at once whether it answers again: called by every take decided alone. */
   probeSoon: () => void
-  /**
-   * The largest RATE_LIMIT_FLEET_SIZE on record in Redis at the last script (0: none told): in
-   * a rollout raising it, that many may run at once (assumption 1), whatever this one declares.
-   */
-  largestDeclared: () => number
+  /** How many may be spending at once: the fleet's size, or the largest size declared if more (fleet-view.ts). */
+  spenders: () => number
 }
 
-export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon, largestDeclared }: AloneOptions) {
-  /** How many may be spending at once: the fleet's size, or the largest size declared if more. */
-  const spenders = (): number => Math.max(view.size, largestDeclared())
+export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon, spenders }: AloneOptions) {
   /** Share of a limit this sidecar may spend on its own: none without RATE_LIMIT_FLEET_SIZE. */
   const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / spenders())
   /** A fleet of one, declared and never contradicted (by a size present or declared): its ledger is the whole tally. */

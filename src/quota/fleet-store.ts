@@ -89,7 +89,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const bornAt = clock.now()
   const memory = createMemoryPolicyReport(log, metrics, redis.displayUrl)
   const view = createFleetView(fleetFloor, bornAt + redisTimeoutMs + timing.presenceTtlMs)
-  const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl })
+  const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl, largestDeclared: () => member.sizes?.hi ?? 0 })
   const { setState, learn } = reporting
   const conversation = createConversation({ view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown })
   const { fallBack, reassert, schedule } = conversation
@@ -97,7 +97,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const departures = createDepartures({
     clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: timing.heartbeatMs + redisTimeoutMs, heardAt: redis.heardAt
   })
-  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, largestDeclared: () => member.sizes?.hi ?? 0 })
+  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
     // This sidecar's own sends that have not left yet count as leaving now: Redis may have
@@ -170,9 +170,10 @@ export function createFleetStore (options: FleetStoreOptions) {
     cooldowns,
     displayUrl: redis.displayUrl,
     status (): FleetStatus {
-      const { state, size, present, problem, graceUntil } = view
+      const { state, present, problem, graceUntil } = view
       const settling = state === 'shared' && clock.now() < graceUntil
-      return { state: settling ? 'settling' : state, size, present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, memory: memory.current() }
+      // The size shares are computed with: the largest declared, if more than present or declared here.
+      return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, memory: memory.current() }
     },
     /** Share of a limit while cut off from Redis (floor(limit / the fleet size or the largest declared); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => alone.shareOf(limit),

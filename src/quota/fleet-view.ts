@@ -63,12 +63,20 @@ export interface FleetReportOptions extends Pick<FleetStoreOptions, 'log' | 'met
   view: FleetView
   /** Redis's URL as logged (never a credential). */
   displayUrl: string
+  /**
+   * The largest RATE_LIMIT_FLEET_SIZE on record in Redis at the last script (0: none told): in
+   * a rollout raising it, that many may run at once (assumption 1), whatever this one declares.
+   */
+  largestDeclared: () => number
 }
 
 export type FleetReport = ReturnType<typeof createFleetReport>
 
 /** Changes of the view that operators see: the state's gauges, the fleet's size, why Redis is not used. */
-export function createFleetReport ({ view, log, metrics, fleetFloor, displayUrl }: FleetReportOptions) {
+export function createFleetReport ({ view, log, metrics, fleetFloor, displayUrl, largestDeclared }: FleetReportOptions) {
+  /** How many may be spending at once, what shares divide by: the fleet's size, or the largest size declared if more. */
+  const spenders = (): number => Math.max(view.size, largestDeclared())
+
   /** The sidecars present when more than RATE_LIMIT_FLEET_SIZE was last reported (0: not over). */
   let reportedOver = 0
   let loggedProblem: string | undefined
@@ -90,6 +98,7 @@ export function createFleetReport ({ view, log, metrics, fleetFloor, displayUrl 
   }
 
   return {
+    spenders,
     setState (next: FleetState): void {
       view.state = next
       metrics.rateLimitBackend.set({ backend: 'memory' }, next === 'shared' ? 0 : 1)
@@ -102,7 +111,7 @@ export function createFleetReport ({ view, log, metrics, fleetFloor, displayUrl 
     learn (reply: { fleetSize: number, present: number }): void {
       view.size = Math.max(reply.fleetSize, fleetFloor)
       view.present = reply.present
-      metrics.rateLimitFleetSize?.set(view.size)
+      metrics.rateLimitFleetSize?.set(spenders())
       metrics.rateLimitFleetPresent?.set(view.present)
       reportFleetSize()
     },

@@ -188,6 +188,7 @@ t.test('cut off in a rollout raising the size, the share is of the largest size 
       while ((await take()).kind === 'ok') alone++
       t.equal(alone, share, `alone, ${share} of 12 (the ledger's own send has left the window)`)
       t.equal(store.share({ count: 12, windowMs: 1000, text: '12/1s' }), share, '/status says the same share')
+      t.equal(store.status().size, sizes.hi, '/status gives the size the share divides by')
     })
   }
 
