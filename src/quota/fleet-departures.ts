@@ -19,7 +19,7 @@ import type { Clock } from '../clock.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import { PENDING_HOLD_MS, type Ledger } from './ledger.js'
 import type { RedisStore } from './redis-backend.js'
-import type { Take } from './store.js'
+import { HELD_PAST, type Stopped, type Take } from './store.js'
 import type { FleetView } from './fleet-view.js'
 
 /**
@@ -145,17 +145,20 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
     },
     /**
      * Its request is about to be written: it counts from now; Redis is told only when it waited
-     * (no round trip on the common path). Returns 0, or the ms after which to ask again when it
-     * must not go: Redis admitted it, it waited since Redis last placed it, and Redis cannot be
-     * told now (its point is then given back with `refund`, nothing written).
+     * (no round trip on the common path). Or it must not go (Store.leaving): held past the
+     * ledger's hold, or Redis admitted it, it waited since Redis last placed it, and Redis
+     * cannot be told now (its point is then given back with `refund`, nothing written).
      */
-    leaving (scope: string, limits: readonly Limit[], id: string): number {
+    leaving (scope: string, limits: readonly Limit[], id: string): Stopped | undefined {
+      if (ledger.heldPast(scope, limits, id)) return HELD_PAST
       const placedAt = placed.get(id)
       const now = clock.now()
-      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || now - heardAt() > quietMs)) return retryMs
+      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || now - heardAt() > quietMs)) {
+        return { reason: 'degraded', ms: retryMs }
+      }
       settled(scope, id)
       if (ledger.leave(scope, limits, id) >= RETIME_AFTER_MS) retime(scope, limits, [id])
-      return 0
+      return undefined
     },
     /** Sends being renewed now. */
     waiting: (): number => [...waiting.values()].reduce((n, rule) => n + rule.ids.size, 0),

@@ -120,7 +120,8 @@ export function createFleetStore (options: FleetStoreOptions) {
     switch (reply.code) {
       case 'ok':
         learn(reply)
-        departures.placedBy(id, askedAt)
+        // A request of no rule (cool-downs only) has nothing Redis could count early.
+        if (limits.length > 0) departures.placedBy(id, askedAt)
         return admit(ledger, scope, limits, id, askedAt)
       case 'cooldown':
         learn(reply)

@@ -155,10 +155,11 @@ function describe (verdict: Extract<Verdict, { retryAfterMs: number }>): { messa
 
 function refusedBecause (verdict: Extract<Verdict, { retryAfterMs: number }>, name: string): string {
   if (verdict.reason === 'cooldown') return `${name} is in a cool-down after the gateway's rate-limit answer`
-  if (verdict.reason === 'budget') return `the budget of ${name} is spent`
   if (verdict.late === true) {
-    return `the request of ${name} waited to be sent while rate-limit redis stopped answering: the fleet's tally may no longer count it, so it was not sent`
+    const why = verdict.reason === 'degraded' ? 'rate-limit redis stopped answering' : 'it waited over a minute'
+    return `the request of ${name} waited to be sent until the tally could no longer count it where it was admitted (${why}), so it was not sent`
   }
+  if (verdict.reason === 'budget') return `the budget of ${name} is spent`
   if (verdict.lost === true) {
     return `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window`
   }
@@ -280,8 +281,8 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
      */
     leaving (ticket: Ticket | undefined): Verdict | undefined {
       if (ticket === undefined) return undefined
-      const ms = store.leaving(ticket.scope, ticket.limits, ticket.id)
-      return ms > 0 ? refuse(ticket.scope, 'degraded', ms, { late: true }) : undefined
+      const stopped = store.leaving(ticket.scope, ticket.limits, ticket.id)
+      return stopped === undefined ? undefined : refuse(ticket.scope, stopped.reason, stopped.ms, { late: true })
     },
     /** The upstream's final answer began: a 429 starts a cool-down. */
     answered (rule: Rule | undefined, answer: Answer): void {

@@ -52,6 +52,12 @@ export interface Ledger {
    * when the ledger does not hold it).
    */
   leave: (scope: string, limits: readonly Limit[], id: string) => number
+  /**
+   * Whether a limit no longer holds the send as leaving now: past PENDING_HOLD_MS since its
+   * admission it counts from the hold's end, earlier than it would reach the upstream, and must
+   * not leave (also true once it left or was given back; false with no limits to hold it).
+   */
+  heldPast: (scope: string, limits: readonly Limit[], id: string) => boolean
   /** Forgets a send that never reached the upstream (nothing was written). */
   refund: (scope: string, limits: readonly Limit[], id: string) => void
   /** How many of this sidecar's sends are inside `limit`'s window for `scope` now. */
@@ -156,6 +162,11 @@ export function createLedger (clock: Clock): Ledger {
     return late
   }
 
+  function heldPast (scope: string, limits: readonly Limit[], id: string): boolean {
+    const now = clock.now()
+    return limits.some((limit) => live(scope, limit, now)?.waiting.some((send) => send.id === id) !== true)
+  }
+
   function refund (scope: string, limits: readonly Limit[], id: string): void {
     for (const limit of limits) {
       const log = logs.get(keyOf(scope, limit))
@@ -183,6 +194,7 @@ export function createLedger (clock: Clock): Ledger {
     wait,
     record,
     leave,
+    heldPast,
     restore,
     refund,
     used: (scope, limit) => {

@@ -24,6 +24,15 @@ export type Take =
    */
   | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean }
 
+/** Why an admitted send must not leave after all, and the ms after which to ask again. */
+export interface Stopped {
+  readonly reason: 'budget' | 'degraded'
+  readonly ms: number
+}
+
+/** A send held past the ledger's hold (a stalled STATE_DIR write, say): asked again in a second. */
+export const HELD_PAST: Stopped = Object.freeze({ reason: 'budget', ms: 1_000 })
+
 /** A take with nothing to take (a scope without limits, not cooling down): no id, nothing to refund. */
 export const NOTHING_TAKEN: Take = Object.freeze({ kind: 'ok', id: '' })
 
@@ -47,10 +56,11 @@ export interface Store {
   refund: (scope: string, limits: readonly Limit[], id: string) => void
   /**
    * The send's request is about to be written: it counts from now, not from its admission.
-   * 0, or it must not go (the fleet may count it from earlier than now, and cannot be told):
-   * ask again in that many ms; its point is given back with `refund`.
+   * Or it must not go, because the tally may count it from earlier than now: it waited past
+   * the ledger's hold (`budget`), or Redis placed it and cannot be told (`degraded`); its
+   * point is then given back with `refund`.
    */
-  leaving: (scope: string, limits: readonly Limit[], id: string) => number
+  leaving: (scope: string, limits: readonly Limit[], id: string) => Stopped | undefined
   /** Starts (or lengthens) the scope's cool-down here, and in the fleet when shared; the ms until it ends here. */
   coolDown: (scope: string, request: CooldownRequest) => number
 }
@@ -150,8 +160,9 @@ export function createLocalStore (clock: Clock, cooldowns: Cooldowns, ledger: Le
     },
     refund: (scope, limits, id) => { ledger.refund(scope, limits, id) },
     leaving: (scope, limits, id) => {
+      if (ledger.heldPast(scope, limits, id)) return HELD_PAST
       ledger.leave(scope, limits, id)
-      return 0
+      return undefined
     },
     coolDown: (scope, request) => cooldowns.start(scope, request)
   }

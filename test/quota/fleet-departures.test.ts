@@ -141,35 +141,35 @@ t.test('cut off from Redis, a send Redis admitted that waited is refused as it l
   await c.tick(400)
   view.state = 'degraded'
   await c.tick(RETIME_AFTER_MS - 1)
-  t.equal(departures.leaving(rule.id, rule.limits, waited), 1_000, 'refused: the fleet counts it from its take, 449 ms before TI would')
+  t.same(departures.leaving(rule.id, rule.limits, waited), { reason: 'degraded', ms: 1_000 }, 'refused: the fleet counts it from its take, 449 ms before TI would')
   t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 2, 'still counted until it is given back')
   departures.refund(rule.id, rule.limits, waited)
   t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 1, 'given back')
   t.equal(departures.waiting(), 1)
   const fresh = admit()
-  t.equal(departures.leaving(rule.id, rule.limits, fresh), 0, 'placed just now: it goes')
-  t.equal(departures.leaving(rule.id, rule.limits, quick), 1_000, 'the other, as late, refused too')
+  t.equal(departures.leaving(rule.id, rule.limits, fresh), undefined, 'placed just now: it goes')
+  t.same(departures.leaving(rule.id, rule.limits, quick), { reason: 'degraded', ms: 1_000 }, 'the other, as late, refused too')
 })
 
 t.test('shared, a late send goes (Redis re-times it); cut off, one Redis renewed within the margin goes, and one decided alone always goes', async (t) => {
   const { c, view, departures, rule, admit, cutOff, ledger } = setup(t, 'GET /a 2/1s')
   const late = admit()
   await c.tick(300)
-  t.equal(departures.leaving(rule.id, rule.limits, late), 0, 'shared: it goes, re-timed')
+  t.equal(departures.leaving(rule.id, rule.limits, late), undefined, 'shared: it goes, re-timed')
   const renewed = admit()
   await c.tick(500)
   // The renewal at 500 ms was answered: Redis placed it again then.
   cutOff()
   view.state = 'degraded'
   await c.tick(RETIME_AFTER_MS - 1)
-  t.equal(departures.leaving(rule.id, rule.limits, renewed), 0, 'renewed 49 ms ago: it goes')
+  t.equal(departures.leaving(rule.id, rule.limits, renewed), undefined, 'renewed 49 ms ago: it goes')
   const next = admit()
   await c.tick(500)
-  t.equal(departures.leaving(rule.id, rule.limits, next), 1_000, 'its renewal failed: refused')
+  t.same(departures.leaving(rule.id, rule.limits, next), { reason: 'degraded', ms: 1_000 }, 'its renewal failed: refused')
   // A send decided alone (no placedBy): its ledger is its account; it goes however late.
   ledger.record(rule.id, rule.limits, 'alone-1')
   await c.tick(700)
-  t.equal(departures.leaving(rule.id, rule.limits, 'alone-1'), 0, 'decided alone: it goes')
+  t.equal(departures.leaving(rule.id, rule.limits, 'alone-1'), undefined, 'decided alone: it goes')
 })
 
 t.test('shared but Redis not heard from for a heartbeat and a timeout: a late send is refused; heard within that, it goes', async (t) => {
@@ -178,7 +178,16 @@ t.test('shared but Redis not heard from for a heartbeat and a timeout: a late se
   const b = admit()
   heardAt(c.clock.now())
   await c.tick(1_200)
-  t.equal(departures.leaving(rule.id, rule.limits, a), 0, 'heard 1.2 s ago: it goes')
+  t.equal(departures.leaving(rule.id, rule.limits, a), undefined, 'heard 1.2 s ago: it goes')
   await c.tick(1)
-  t.equal(departures.leaving(rule.id, rule.limits, b), 1_000, 'heard 1.201 s ago: refused')
+  t.same(departures.leaving(rule.id, rule.limits, b), { reason: 'degraded', ms: 1_000 }, 'heard 1.201 s ago: refused')
+})
+
+t.test('held past the ledger\'s hold, a send is refused as it leaves whatever Redis does', async (t) => {
+  const { c, departures, rule, admit } = setup(t, 'GET /a 2/1s')
+  const id = admit()
+  await c.tick(PENDING_HOLD_MS)
+  t.same(departures.leaving(rule.id, rule.limits, id), { reason: 'budget', ms: 1_000 })
+  // A request of no rule has an id through Redis, and no limit to hold it: it goes.
+  t.equal(departures.leaving('upstream', [], 'free-1'), undefined)
 })

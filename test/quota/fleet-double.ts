@@ -18,10 +18,10 @@ export async function takeAndSend (store: Pick<Store, 'take' | 'leaving' | 'refu
   const taken = await store.take(scope, limits)
   if (taken.kind !== 'ok') return taken
   // Refused as it leaves (fleet-departures.ts): given back, nothing sent.
-  const ms = store.leaving(scope, limits, taken.id)
-  if (ms === 0) return taken
+  const stopped = store.leaving(scope, limits, taken.id)
+  if (stopped === undefined) return taken
   store.refund(scope, limits, taken.id)
-  return { kind: 'degraded', ms }
+  return { kind: stopped.reason, ms: stopped.ms }
 }
 
 export function scriptedRedis () {

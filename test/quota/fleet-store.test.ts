@@ -356,3 +356,17 @@ t.test('reconnections back off from 50 ms, doubling, to 1 s: a healed partition 
   t.same([0, 1, 2, 3, 4, 5, 10, 1000].map(reconnectDelayMs), [50, 100, 200, 400, 800, 1000, 1000, 1000])
   t.equal(RECONNECT_MAX_MS, 1000)
 })
+
+t.test('a request of no rule, admitted through Redis, goes however late it leaves cut off', async (t) => {
+  const { c, store, double } = await setup(t, 'GET /a 1/1s')
+  const taken = await store.take('upstream', [])
+  if (taken.kind !== 'ok' || taken.id === '') throw new Error('an id from Redis')
+  const ruled = await store.take('GET /a', rulesOf('GET /a 1/1s')[0]?.limits ?? [])
+  if (ruled.kind !== 'ok') throw new Error('admitted')
+  double.state.up = false
+  await store.take('upstream', [])
+  await c.tick(100)
+  t.equal(store.status().state, 'degraded', 'a take that failed: cut off')
+  t.equal(store.leaving('upstream', [], taken.id), undefined, 'nothing Redis could count early')
+  t.match(store.leaving('GET /a', rulesOf('GET /a 1/1s')[0]?.limits ?? [], ruled.id), { reason: 'degraded' }, 'control: one of a rule is refused')
+})

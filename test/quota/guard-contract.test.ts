@@ -11,6 +11,7 @@ import { parseRules, type Limit, type Rule } from '../../src/config/rate-limit-r
 import type { RateLimitConfig } from '../../src/config/rate-limits.js'
 import { createCooldowns, createLocalStore, type Take } from '../../src/quota/store.js'
 import { createMetrics } from '../../src/metrics.js'
+import { PENDING_HOLD_MS } from '../../src/quota/ledger.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
 
@@ -355,4 +356,24 @@ t.test('a request without limits that had to wait (the fleet could not decide ye
   await c.tick(200)
   t.strictSame(await waiting, { ok: true, delayed: true, ticket: undefined })
   t.equal(fleet.control.takes, 2, 'asked again after the wait')
+})
+
+t.test('a send held past the ledger\'s hold (a stalled STATE_DIR write, say) is refused as it leaves, and its point goes back', async (t) => {
+  const { c, metrics } = setup('GET /a 1/10s')
+  const logs = captureLogs()
+  const guard = createQuotaGuard({ config: config('GET /a 1/10s'), clock: c.clock, log: logs.log, metrics })
+  const a = guard.ruleFor('GET', '/a')
+  const on = guard.admit(a, caller()) as Verdict
+  if (!on.ok) throw new Error('admitted')
+  await c.tick(PENDING_HOLD_MS - 1)
+  const quick = guard.admit(a, caller())
+  t.match(await settled(quick), { ok: false, reason: 'budget' }, 'while held, it counts as leaving now')
+  await c.tick(1)
+  const stopped = guard.leaving(on.ticket)
+  t.match(stopped, { ok: false, reason: 'budget', retryAfterMs: 1_000, scope: 'GET /a', late: true }, 'held 60 s: it would count from the hold\'s end, not from now')
+  t.match(guard.describe(stopped as Extract<Verdict, { retryAfterMs: number }>).message, /waited to be sent until the tally could no longer count it where it was admitted \(it waited over a minute\)/)
+  guard.refund(on.ticket)
+  const next = guard.admit(a, caller()) as Verdict
+  t.match(next, { ok: true }, 'given back: the budget has room')
+  if (next.ok) t.equal(guard.leaving(next.ticket), undefined, 'admitted just now: it goes')
 })

@@ -56,7 +56,7 @@ async function scenario (t: Test, waitMs: number, { cutA = false } = {}): Promis
     for (const tk of aTakes) {
       if (tk.kind !== 'ok') continue
       // Refused as it leaves: given back, nothing sent.
-      if (a.leaving(rule.id, rule.limits, tk.id) > 0) a.refund(rule.id, rule.limits, tk.id)
+      if (a.leaving(rule.id, rule.limits, tk.id) !== undefined) a.refund(rule.id, rule.limits, tk.id)
       else arrivals.push(performance.now())
     }
   })

@@ -5,7 +5,7 @@ import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { startSidecar } from '../helpers/build.js'
 import { startRedis } from '../helpers/redis.js'
-import { get, POOL, sleep, startUpstream, untilShared } from './late-upstream.js'
+import { fillPool, sleep, startUpstream, untilShared } from './late-upstream.js'
 
 /**
  * Through Redis, `GET /x 2/1s`: admitted, the send waits for a connection (the pool full) and
@@ -19,8 +19,7 @@ async function waitsWhileRedis (t: Test, freeze: boolean): Promise<{ status: num
   const upstream = await startUpstream(t)
   const sidecar = await startSidecar(t, upstream.url, { RATE_LIMITS: 'GET /x 2/1s', RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_FLEET_SIZE: '2' })
   await untilShared(sidecar.adminUrl)
-  const slow = Array.from({ length: POOL }, (_, i) => get(`${sidecar.proxyUrl}/slow/${i}`))
-  await sleep(100)
+  const slow = await fillPool(sidecar.proxyUrl, upstream)
   const answer = request(`${sidecar.proxyUrl}/x`).then(async (res) => ({ status: res.statusCode, body: await res.body.text() }))
   // Frozen only once Redis has admitted it (its log holds the send).
   const client = new Redis(redis.url)
@@ -40,7 +39,7 @@ async function waitsWhileRedis (t: Test, freeze: boolean): Promise<{ status: num
 t.test('through Redis: a send that waited while Redis froze is refused as it leaves, never sent', async (t) => {
   const { status, body, arrivals, metrics } = await waitsWhileRedis(t, true)
   t.equal(status, 429)
-  t.match(body, /"error":"UPSTREAM_RATE_LIMITED".*waited to be sent while rate-limit redis stopped answering/)
+  t.match(body, /"error":"UPSTREAM_RATE_LIMITED".*waited to be sent until .*\(rate-limit redis stopped answering\), so it was not sent/)
   t.same(arrivals, [], 'TI got nothing')
   t.match(metrics, /store_auth_proxy_rate_limited_total\{rule="GET \/x",reason="degraded",action="refused"\} 1/)
 })

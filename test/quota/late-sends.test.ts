@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { startSidecar } from '../helpers/build.js'
-import { get, mostIn, POOL, sleep, SLOW_MS, startUpstream, untilShared } from './late-upstream.js'
+import { fillPool, get, mostIn, sleep, SLOW_MS, startUpstream, untilShared } from './late-upstream.js'
 import { startRedis } from '../helpers/redis.js'
 
 /**
@@ -23,8 +23,7 @@ async function queuedBehindSlowCalls (t: Test, saturate: boolean, redisUrl?: str
   const env: Record<string, string> = redisUrl === undefined ? {} : { RATE_LIMIT_REDIS_URL: redisUrl, RATE_LIMIT_FLEET_SIZE: '1' }
   const sidecar = await startSidecar(t, upstream.url, { RATE_LIMITS: 'GET /x 2/1s', RATE_LIMIT_MAX_WAIT_MS: '1000', ...env })
   if (redisUrl !== undefined) await untilShared(sidecar.adminUrl)
-  const slow = saturate ? Array.from({ length: POOL }, (_, i) => get(`${sidecar.proxyUrl}/slow/${i}`)) : []
-  await sleep(100)
+  const slow = saturate ? await fillPool(sidecar.proxyUrl, upstream) : []
   const first = [get(`${sidecar.proxyUrl}/x`), get(`${sidecar.proxyUrl}/x`)]
   await sleep(300)
   const second = [get(`${sidecar.proxyUrl}/x`), get(`${sidecar.proxyUrl}/x`)]
@@ -71,8 +70,7 @@ t.test("through Redis: a send that waited for a connection is in Redis's log fro
   const upstream = await startUpstream(t)
   const sidecar = await startSidecar(t, upstream.url, { RATE_LIMITS: 'GET /x 2/1s', RATE_LIMIT_REDIS_URL: redis.url, RATE_LIMIT_FLEET_SIZE: '1' })
   await untilShared(sidecar.adminUrl)
-  const slow = Array.from({ length: POOL }, (_, i) => get(`${sidecar.proxyUrl}/slow/${i}`))
-  await sleep(100)
+  const slow = await fillPool(sidecar.proxyUrl, upstream)
   const [seconds, micros] = await client.time()
   const asked = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
   t.equal(await get(`${sidecar.proxyUrl}/x`), 200)

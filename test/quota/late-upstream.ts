@@ -13,10 +13,14 @@ export const SLOW_MS = 3_000
 export const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
 /** An upstream that notes when each request of /x arrives; /slow/* answers after SLOW_MS. */
-export async function startUpstream (t: Test): Promise<{ url: string, arrivals: number[] }> {
+export interface Upstream { url: string, arrivals: number[], slowHeld: () => number }
+
+export async function startUpstream (t: Test): Promise<Upstream> {
   const arrivals: number[] = []
+  let slowHeld = 0
   const server = createServer((req, res) => {
     if (req.url?.startsWith('/slow') === true) {
+      slowHeld++
       setTimeout(() => { res.end('slow') }, SLOW_MS)
       return
     }
@@ -26,7 +30,17 @@ export async function startUpstream (t: Test): Promise<{ url: string, arrivals: 
   server.keepAliveTimeout = 60_000
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { server.closeAllConnections(); server.close() })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, arrivals }
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, arrivals, slowHeld: () => slowHeld }
+}
+
+/** POOL slow calls through the sidecar, once each holds its connection (on a busy machine that takes a while). */
+export async function fillPool (proxyUrl: string, upstream: Upstream): Promise<Array<Promise<number>>> {
+  const slow = Array.from({ length: POOL }, (_, i) => get(`${proxyUrl}/slow/${i}`))
+  for (let i = 0; upstream.slowHeld() < POOL; i++) {
+    if (i === 1_000) throw new Error(`the pool never filled: ${upstream.slowHeld()} of ${POOL}`)
+    await sleep(10)
+  }
+  return slow
 }
 
 /** The most arrivals in any interval of `ms`. */

@@ -240,3 +240,23 @@ t.test('cool-downs: adopted ones never shorten a longer one; the backoff doubles
   t.equal(cooldowns.start('r', { ...request, retryAfterMs: 2000 }), 7000 - 0, 'a shorter one does not shorten it')
   t.equal(cooldowns.adopt('x', 0), false)
 })
+
+t.test('held past: once its hold ends, or once it left or was given back; never with no limits', async (t) => {
+  const c = fakeClock()
+  const ledger = createLedger(c.clock)
+  const limits = [parseLimit('2/1s') as Limit, parseLimit('5/1m') as Limit]
+  ledger.record('s', limits, 'a')
+  ledger.record('s', limits, 'b')
+  ledger.record('s', limits, 'c')
+  t.notOk(ledger.heldPast('s', limits, 'a'))
+  t.notOk(ledger.heldPast('s', [], 'a'), 'no limits: nothing to hold it')
+  t.ok(ledger.heldPast('s', limits, 'x'), 'never admitted')
+  ledger.leave('s', limits, 'a')
+  t.ok(ledger.heldPast('s', limits, 'a'), 'left')
+  ledger.refund('s', limits, 'b')
+  t.ok(ledger.heldPast('s', limits, 'b'), 'given back')
+  await c.tick(PENDING_HOLD_MS - 1)
+  t.notOk(ledger.heldPast('s', limits, 'c'), 'within the hold')
+  await c.tick(1)
+  t.ok(ledger.heldPast('s', limits, 'c'), 'past the hold: it counts from the hold\'s end')
+})
