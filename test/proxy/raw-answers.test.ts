@@ -53,6 +53,16 @@ t.test('a caller that closed mid-head is not answered, nor counted as an exchang
   t.same(s.accessLines(), [])
 })
 
+t.test('a head past MAX_HEADER_COUNT fields is refused as it arrives, not once it ends', async (t) => {
+  const s = await sidecar(t, { MAX_HEADER_COUNT: '16' })
+  let head = 'GET /v2/store/x HTTP/1.1\r\nHost: a\r\n'
+  for (let i = 0; i < 20; i++) head += `X-Field-${i}: ${i}\r\n`
+  // No blank line: the head never ends, and Node's parser holds no more of it than the cap.
+  const peer = await recordingPeer(t, Number(new URL(s.proxyUrl).port), head)
+  await eventually(t, 'an answer', () => peer.got() !== '', 5000)
+  t.equal(statusOf(peer.got()), 431)
+})
+
 t.test('Fastify\'s own per-request lines are off: one access line per exchange', async (t) => {
   const s = await sidecar(t)
   const res = await request(s.proxyUrl + '/v2/store/x')
