@@ -20,6 +20,8 @@ export interface ConversationOptions extends Pick<FleetStoreOptions, 'redis' | '
   member: Member
   /** Told Redis's maxmemory-policy at each reassertion. */
   noteMemoryPolicy: (policy: MemoryPolicy) => void
+  /** Sends not left yet that a reassertion asked at `askedAt` put in Redis's tally (fleet-departures.ts). */
+  placed: (sends: readonly OpenSend[], askedAt: number) => void
 }
 
 /** Every limit of every rule, with this sidecar's open sends: what Redis is told again. */
@@ -74,8 +76,12 @@ export function createConversation (options: ConversationOptions) {
       try {
         await redis.readClock()
         extendPresenceBound()
-        const reply = await redis.reassert(member, reassertion(options.rules, options.ledger), newMemberId(), !view.everShared)
+        const askedAt = clock.now()
+        const told = reassertion(options.rules, options.ledger)
+        const reply = await redis.reassert(member, told, newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
+        // Sends decided alone and still waiting are Redis's now too: a later cut-off must find them placed.
+        options.placed(told.flatMap((l) => l.sends.map((send) => ({ scope: l.scope, limit: l.limit, ...send }))), askedAt)
         if (reply.lost) {
           log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')
           metrics.rateLimitRedisDataLost?.inc()

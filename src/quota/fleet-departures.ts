@@ -11,13 +11,13 @@
 // sends. Renewal ends when a send leaves (re-timed once more if late), is given back, or the
 // ledger stops holding it (PENDING_HOLD_MS).
 //
-// A send Redis admitted that leaves late while Redis cannot be told (degraded, or not heard
-// from for a heartbeat and a timeout) would be counted by the fleet from where Redis last
+// A send Redis admitted (or was told of again) that leaves late while Redis cannot be told
+// (degraded, or a command unanswered past its timeout) would be counted by the fleet from where Redis last
 // placed it, earlier than TI counts it: another sidecar could spend its place while TI still
 // counts it. It is refused instead, unsent.
 import type { Clock } from '../clock.js'
 import type { Limit } from '../config/rate-limit-rules.js'
-import { PENDING_HOLD_MS, type Ledger } from './ledger.js'
+import { PENDING_HOLD_MS, type Ledger, type OpenSend } from './ledger.js'
 import type { RedisStore } from './redis-backend.js'
 import { HELD_PAST, type Stopped, type Take } from './store.js'
 import type { FleetView } from './fleet-view.js'
@@ -41,12 +41,12 @@ export interface DeparturesOptions {
   /** A send refused as it leaves is asked again after this (Redis is probed that often). */
   retryMs: number
   /**
-   * Redis not heard from for longer than this (a heartbeat and a command's timeout) may be
-   * frozen while still counted shared: a re-time sent now may never land.
+   * A command Redis has not answered for longer than this (its timeout): Redis may be frozen
+   * while still counted shared, and a re-time sent now may never land.
    */
   quietMs: number
-  /** When Redis last answered (local monotonic ms). */
-  heardAt: () => number
+  /** Ms the oldest command sent since Redis last answered has waited (0: none waiting). */
+  unansweredFor: () => number
 }
 
 /** One rule's sends waiting to leave, each with when the ledger stops holding it; renewed by one timer. */
@@ -60,7 +60,7 @@ interface Waiting {
 /** Most send ids renewed in one script (a rule may have thousands waiting behind a full pool). */
 const RENEW_BATCH = 1_000
 
-export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs, heardAt }: DeparturesOptions) {
+export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs, unansweredFor }: DeparturesOptions) {
   const waiting = new Map<string, Waiting>()
   /** Sends Redis admitted and that have not left: no earlier than when Redis last placed each (its take, or a renewal it answered). */
   const placed = new Map<string, number>()
@@ -112,6 +112,11 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
     rule.ids.set(id, askedAt + PENDING_HOLD_MS)
   }
 
+  /** Redis admitted the send (its take asked at `askedAt`): it placed it no earlier than that. */
+  function placedBy (id: string, askedAt: number): void {
+    if (!closed) placed.set(id, askedAt)
+  }
+
   function settled (scope: string, id: string): void {
     placed.delete(id)
     const rule = waiting.get(scope)
@@ -139,9 +144,10 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
       // Over-counting is safe: a refund Redis misses only holds a point it did not need to.
       if (view.state === 'shared') redis.refund(scope, limits, id).catch(() => {})
     },
-    /** Redis admitted the send (its take asked at `askedAt`): it placed it no earlier than that. */
-    placedBy (id: string, askedAt: number): void {
-      if (!closed) placed.set(id, askedAt)
+    placedBy,
+    /** A reassertion asked at `askedAt` told Redis these: those still waiting are placed from then. */
+    reasserted (sends: readonly OpenSend[], askedAt: number): void {
+      for (const send of sends) if (!ledger.heldPast(send.scope, [send.limit], send.id)) placedBy(send.id, askedAt)
     },
     /**
      * Its request is about to be written: it counts from now; Redis is told only when it waited
@@ -153,7 +159,7 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
       if (ledger.heldPast(scope, limits, id)) return HELD_PAST
       const placedAt = placed.get(id)
       const now = clock.now()
-      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || now - heardAt() > quietMs)) {
+      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || unansweredFor() > quietMs)) {
         return { reason: 'degraded', ms: retryMs }
       }
       settled(scope, id)

@@ -45,7 +45,7 @@ export type FleetReportedState = FleetState | 'settling'
 
 export interface FleetStatus {
   state: FleetReportedState
-  /** The fleet size (RATE_LIMIT_FLEET_SIZE, or the sidecars present in Redis if more); 0: unknown. */
+  /** The size shares divide by: RATE_LIMIT_FLEET_SIZE, or the sidecars present or the largest size declared in Redis if more; 0: unknown. */
   size: number
   /** Sidecars present at the last contact with Redis. */
   present: number
@@ -91,12 +91,12 @@ export function createFleetStore (options: FleetStoreOptions) {
   const view = createFleetView(fleetFloor, bornAt + redisTimeoutMs + timing.presenceTtlMs)
   const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl, largestDeclared: () => member.sizes?.hi ?? 0 })
   const { setState, learn } = reporting
-  const conversation = createConversation({ view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown })
-  const { fallBack, reassert, schedule } = conversation
   // From admission until its request is written or given up (fleet-departures.ts).
-  const departures = createDepartures({
-    clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: timing.heartbeatMs + redisTimeoutMs, heardAt: redis.heardAt
+  const departures = createDepartures({ clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: redisTimeoutMs, unansweredFor: redis.unansweredFor })
+  const conversation = createConversation({
+    view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown, placed: departures.reasserted
   })
+  const { fallBack, reassert, schedule } = conversation
   const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
@@ -173,7 +173,6 @@ export function createFleetStore (options: FleetStoreOptions) {
     status (): FleetStatus {
       const { state, present, problem, graceUntil } = view
       const settling = state === 'shared' && clock.now() < graceUntil
-      // The size shares are computed with: the largest declared, if more than present or declared here.
       return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, memory: memory.current() }
     },
     /** Share of a limit while cut off from Redis (floor(limit / the fleet size or the largest declared); none without RATE_LIMIT_FLEET_SIZE). */

@@ -95,6 +95,29 @@ export function redisAuthProblem (err: unknown): string | undefined {
   return undefined
 }
 
+/**
+ * Redis's clock as last read (ms) and when (local monotonic ms, when the answer came back: so
+ * Redis's time now is at least redisMs + (clock.now() - localMs)). Deadlines are written in
+ * Redis's time from it: never later than the true send time + timeoutMs. And how long the
+ * oldest script sent since Redis last answered one has waited.
+ */
+function redisTiming (clock: Clock, timeoutMs: number) {
+  let calibration: { redisMs: number, localMs: number } | undefined
+  /** When the oldest script sent since the last answer was sent (undefined: every one answered). */
+  let unansweredSince: number | undefined
+  return {
+    calibrate: (redisMs: number): void => { calibration = { redisMs, localMs: clock.now() } },
+    answered: async <T>(reply: Promise<T>): Promise<T> => {
+      unansweredSince ??= clock.now()
+      const value = await reply
+      unansweredSince = undefined
+      return value
+    },
+    deadline: (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs,
+    unansweredFor: (): number => unansweredSince === undefined ? 0 : clock.now() - unansweredSince
+  }
+}
+
 export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }: RedisStoreOptions) {
   const connection = openRedis({ url, timeoutMs, ...(currentUrl === undefined ? {} : { currentUrl }) })
   const { displayUrl } = connection
@@ -114,12 +137,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   client.on('ready', () => { listener?.(true) })
   client.on('close', () => { listener?.(false, lastError ?? new Error('the connection closed')) })
 
-  // Redis's clock as last read (ms) and when (local monotonic ms, when the answer came back: so
-  // Redis's time now is at least redisMs + (clock.now() - localMs)). Deadlines are written in
-  // Redis's time from it: never later than the true send time + timeoutMs.
-  let calibration: { redisMs: number, localMs: number } | undefined
-  const calibrate = (redisMs: number): void => { calibration = { redisMs, localMs: clock.now() } }
-  const deadline = (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs
+  const { calibrate, answered, deadline, unansweredFor } = redisTiming(clock, timeoutMs)
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
   const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`, `${prefix}held-sizes`]
@@ -134,8 +152,12 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
 
   return {
     displayUrl,
-    /** When (local monotonic ms) Redis last answered a script that reads its clock (a take, a heartbeat): -Infinity before any. */
-    heardAt: (): number => calibration?.localMs ?? -Infinity,
+    /**
+     * Ms the oldest script sent since Redis last answered one (a take, a heartbeat, a
+     * reassertion) has waited: 0 when none waits. A stalled event loop has sent nothing new,
+     * so it does not look like a frozen Redis.
+     */
+    unansweredFor,
     /** Reads Redis's clock (no side effect): needed once before any script with a deadline. */
     async readClock (): Promise<void> {
       const [seconds, micros] = await client.time()
@@ -144,7 +166,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     async take (member: Member, scope: string, limits: readonly Limit[], sendId: string): Promise<TakeReply> {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
       const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs]
-      const reply = await client.sapTake(keys.length, ...keys, ...args)
+      const reply = await answered(client.sapTake(keys.length, ...keys, ...args))
       calibrate(Number(reply[4]))
       noteSizes(member, reply, 5)
       return { code: TAKE_CODES[Number(reply[0])] ?? 'late', ms: Number(reply[1]), fleetSize: Number(reply[2]), present: Number(reply[3]) }
@@ -155,7 +177,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
       const args = [...memberArgs(member), newEpoch, newRun ? 1 : 0,
         ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])]),
         member.sizes?.lo ?? 0, member.sizes?.hi ?? 0, timeoutMs]
-      const reply = await client.sapReassert(keys.length, ...keys, ...args)
+      const reply = await answered(client.sapReassert(keys.length, ...keys, ...args))
       const now = Number(reply[4])
       calibrate(now)
       noteSizes(member, reply, 6)
@@ -172,7 +194,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async heartbeat (member: Member, scopes: readonly string[]): Promise<HeartbeatReply> {
       const keys = [...fleetKeys, ...scopes.map((scope) => key(scope, 'cooldown'))]
-      const reply = await client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs)
+      const reply = await answered(client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs))
       calibrate(Number(reply[3]))
       noteSizes(member, reply, 4 + scopes.length)
       const code = Number(reply[0])

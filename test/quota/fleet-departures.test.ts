@@ -27,9 +27,11 @@ function setup (t: Test, rules: string) {
   const view = createFleetView(2, 0)
   view.state = 'shared'
   const ledger = createLedger(c.clock)
-  /** When Redis last answered: always just now, unless told. */
-  let heard: number | undefined
-  const departures = createDepartures({ clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 1_200, heardAt: () => heard ?? c.clock.now() })
+  /** When the oldest command Redis has not answered was sent: none, unless told. */
+  let unansweredSince: number | undefined
+  const departures = createDepartures({
+    clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 200, unansweredFor: () => unansweredSince === undefined ? 0 : c.clock.now() - unansweredSince
+  })
   t.teardown(() => { departures.close() })
   const rule = parseRules(rules, 'RATE_LIMITS').rules[0]
   if (rule === undefined) throw new Error('a rule')
@@ -52,7 +54,7 @@ function setup (t: Test, rules: string) {
     if (taken.kind !== 'ok') throw new Error('admitted')
     return taken.id
   }
-  return { c, calls, view, ledger, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms }, cutOff: () => { cut = true }, heardAt: (at: number) => { heard = at } }
+  return { c, calls, view, ledger, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms }, cutOff: () => { cut = true }, unanswered: (since: number | undefined) => { unansweredSince = since } }
 }
 
 t.test('renewed every half of the shortest window while it waits; once more when it leaves late; then never', async (t) => {
@@ -172,15 +174,21 @@ t.test('shared, a late send goes (Redis re-times it); cut off, one Redis renewed
   t.equal(departures.leaving(rule.id, rule.limits, 'alone-1'), undefined, 'decided alone: it goes')
 })
 
-t.test('shared but Redis not heard from for a heartbeat and a timeout: a late send is refused; heard within that, it goes', async (t) => {
-  const { c, departures, rule, admit, heardAt } = setup(t, 'GET /a 2/1s 10/1h')
+t.test('shared but a command unanswered past its timeout (Redis frozen, not yet noticed): a late send is refused; within it, or answered, it goes', async (t) => {
+  const { c, departures, rule, admit, unanswered } = setup(t, 'GET /a 10/1h')
   const a = admit()
   const b = admit()
-  heardAt(c.clock.now())
-  await c.tick(1_200)
-  t.equal(departures.leaving(rule.id, rule.limits, a), undefined, 'heard 1.2 s ago: it goes')
+  const d = admit()
+  await c.tick(300)
+  unanswered(c.clock.now())
+  await c.tick(200)
+  t.equal(departures.leaving(rule.id, rule.limits, a), undefined, 'a heartbeat unanswered for 200 ms: it goes')
   await c.tick(1)
-  t.same(departures.leaving(rule.id, rule.limits, b), { reason: 'degraded', ms: 1_000 }, 'heard 1.201 s ago: refused')
+  t.same(departures.leaving(rule.id, rule.limits, b), { reason: 'degraded', ms: 1_000 }, 'for 201 ms: refused')
+  // An event loop that stalled sent nothing meanwhile: the last command was answered.
+  unanswered(undefined)
+  await c.tick(5_000)
+  t.equal(departures.leaving(rule.id, rule.limits, d), undefined, 'every command answered, however long ago: it goes')
 })
 
 t.test('held past the ledger\'s hold, a send is refused as it leaves whatever Redis does', async (t) => {

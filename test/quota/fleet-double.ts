@@ -50,8 +50,8 @@ export function scriptedRedis () {
   const fleet = () => ({ fleetSize: s.fleetSize, present: s.present })
   const redis = {
     displayUrl: 'redis://127.0.0.1:6379',
-    // Every command answers as it is asked: Redis is never unheard (Infinity: whatever the clock).
-    heardAt: () => Infinity,
+    // Every command answers as it is asked: none waits.
+    unansweredFor: () => 0,
     async readClock () { await run('time') },
     async take (): Promise<TakeReply> { await run('take'); return { code: 'ok', ms: 0, ...fleet(), ...s.take() } },
     async reassert (member: Member, limits: readonly ReassertLimit[]): Promise<ReassertReply> {

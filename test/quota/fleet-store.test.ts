@@ -41,8 +41,8 @@ function fakeRedis () {
   const noteSizes = (m: Member): void => { if (state.sizes !== undefined) m.sizes = state.sizes }
   const redis = {
     displayUrl: 'redis://127.0.0.1:6379',
-    // Every command answers as it is asked: Redis is never unheard (Infinity: whatever the clock).
-    heardAt: () => Infinity,
+    // Every command answers as it is asked: none waits.
+    unansweredFor: () => 0,
     async readClock () { calls.push('time'); if (!state.up) fail() },
     async take (m: Member, scope: string, _l: unknown, id: string): Promise<TakeReply> {
       calls.push(`take ${scope}`)

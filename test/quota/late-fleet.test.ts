@@ -7,8 +7,7 @@ import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { startRedis } from '../helpers/redis.js'
-import type { RedisStore } from '../../src/quota/redis-backend.js'
-import { realTimeMember } from './real-time-member.js'
+import { cuttable, realTimeMember } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
@@ -18,24 +17,6 @@ const memberOn = async (t: Test, url: string): Promise<ReturnType<typeof realTim
 
 const mostIn = (arrivals: readonly number[], ms: number): number =>
   Math.max(0, ...arrivals.map((a) => arrivals.filter((b) => b >= a && b < a + ms).length))
-
-/** A's Redis: every call fails once cut (a partition), as ioredis's would after its timeout. */
-function cuttable (redis: RedisStore): { redis: RedisStore, cut: () => void } {
-  let cut = false
-  const proxy = new Proxy(redis, {
-    get (target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver) as unknown
-      if (typeof value !== 'function' || !CALLS.has(prop)) return value
-      return async (...args: unknown[]) => {
-        if (cut && prop === 'ping') return false
-        if (cut) throw new Error('cut off')
-        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
-      }
-    }
-  })
-  return { redis: proxy, cut: () => { cut = true } }
-}
-const CALLS = new Set<string | symbol>(['take', 'reassert', 'heartbeat', 'peek', 'leave', 'refund', 'leaving', 'coolDown', 'ping', 'readClock'])
 
 async function scenario (t: Test, waitMs: number, { cutA = false } = {}): Promise<number> {
   if (rule === undefined) throw new Error('a rule')

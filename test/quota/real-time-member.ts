@@ -26,3 +26,21 @@ export async function realTimeMember (t: Test, url: string, prefix: string, rule
   t.teardown(() => store.close())
   return store
 }
+
+/** A Redis every call of which fails once cut (a partition), as ioredis's would after its timeout; `heal` undoes it. */
+export function cuttable (redis: RedisStore): { redis: RedisStore, cut: () => void, heal: () => void } {
+  let cut = false
+  const proxy = new Proxy(redis, {
+    get (target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver) as unknown
+      if (typeof value !== 'function' || !CALLS.has(prop)) return value
+      return async (...args: unknown[]) => {
+        if (cut && prop === 'ping') return false
+        if (cut) throw new Error('cut off')
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+      }
+    }
+  })
+  return { redis: proxy, cut: () => { cut = true }, heal: () => { cut = false } }
+}
+const CALLS = new Set<string | symbol>(['take', 'reassert', 'heartbeat', 'peek', 'leave', 'refund', 'leaving', 'coolDown', 'ping', 'readClock'])
