@@ -38,6 +38,10 @@ function reassertion (rules: readonly Rule[], ledger: Ledger): ReassertLimit[] {
   })))
 }
 
+/** The sends a reassertion tells, as the ledger lists them. */
+const waitingIn = (told: readonly ReassertLimit[]): OpenSend[] =>
+  told.flatMap((l) => l.sends.map((send) => ({ scope: l.scope, limit: l.limit, ...send })))
+
 export function createConversation (options: ConversationOptions) {
   const { view, reporting: { setState, learn, reportProblem }, redis, clock, log, metrics, redisTimeoutMs, timing, cooldowns, member, onCooldown } = options
   /** Scopes whose cool-downs every heartbeat reads from Redis. */
@@ -45,11 +49,10 @@ export function createConversation (options: ConversationOptions) {
   let closed = false
   let stopTimer: (() => void) | undefined
   let probing: Promise<void> | undefined
+  let askedAgain = false // the last heartbeat timed out and the next went at once
 
   /** A script that renews this sidecar's presence is about to be sent: Redis may count it present until its deadline + the TTL. */
-  function extendPresenceBound (): void {
-    view.presenceBound = Math.max(view.presenceBound, clock.now() + redisTimeoutMs + timing.presenceTtlMs)
-  }
+  const extendPresenceBound = (): void => { view.presenceBound = Math.max(view.presenceBound, clock.now() + redisTimeoutMs + timing.presenceTtlMs) }
 
   /** Redis failed or was late: from now on, this sidecar decides alone until Redis answers a PING. */
   function fallBack (err: unknown): void {
@@ -78,10 +81,11 @@ export function createConversation (options: ConversationOptions) {
         extendPresenceBound()
         const askedAt = clock.now()
         const told = reassertion(options.rules, options.ledger)
+        // Sends decided alone and still waiting are Redis's once the script runs, whatever reply
+        // comes back (a late one too): placed from now, before it is sent.
+        options.placed(waitingIn(told), askedAt)
         const reply = await redis.reassert(member, told, newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
-        // Sends decided alone and still waiting are Redis's now too: a later cut-off must find them placed.
-        options.placed(told.flatMap((l) => l.sends.map((send) => ({ scope: l.scope, limit: l.limit, ...send }))), askedAt)
         if (reply.lost) {
           log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')
           metrics.rateLimitRedisDataLost?.inc()
@@ -135,9 +139,16 @@ export function createConversation (options: ConversationOptions) {
         }
         // A late heartbeat changes nothing by itself: takes still go to Redis and are safe
         // while it answers them in time (a busy node must not cost a window of refusals).
+        askedAgain = false
       } catch (err) {
         // Likewise a timeout; a refused password or a lost connection is a change of state.
         if (!/timed out/i.test(redis.describe(err))) fallBack(err)
+        else if (!askedAgain) {
+          // Again at once, once: unanswered, it refuses late sends (unansweredFor); a stall here is not a frozen Redis.
+          askedAgain = true
+          schedule(0)
+          return
+        }
       }
     } else {
       await probe()
@@ -157,12 +168,12 @@ export function createConversation (options: ConversationOptions) {
     return probing
   }
 
-  function schedule (): void {
+  function schedule (ms = timing.heartbeatMs): void {
     if (closed || stopTimer !== undefined || view.reasserting !== undefined) return
     stopTimer = clock.setTimer(() => {
       stopTimer = undefined
       void tick()
-    }, timing.heartbeatMs)
+    }, ms)
   }
 
   return {

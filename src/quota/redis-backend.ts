@@ -101,20 +101,23 @@ export function redisAuthProblem (err: unknown): string | undefined {
  * Redis's time from it: never later than the true send time + timeoutMs. And how long the
  * oldest script sent since Redis last answered one has waited.
  */
-function redisTiming (clock: Clock, timeoutMs: number) {
+export function redisTiming (clock: Clock, timeoutMs: number) {
   let calibration: { redisMs: number, localMs: number } | undefined
-  /** When the oldest script sent since the last answer was sent (undefined: every one answered). */
-  let unansweredSince: number | undefined
+  // Every script not known answered, oldest first (Redis answers one connection in
+  // order: an answer to one says every one sent before it was answered too).
+  const pending: Array<{ seq: number, at: number }> = []
+  let seq = 0
   return {
     calibrate: (redisMs: number): void => { calibration = { redisMs, localMs: clock.now() } },
     answered: async <T>(reply: Promise<T>): Promise<T> => {
-      unansweredSince ??= clock.now()
+      const mine = ++seq
+      pending.push({ seq: mine, at: clock.now() })
       const value = await reply
-      unansweredSince = undefined
+      while (pending.length > 0 && (pending[0]?.seq ?? Infinity) <= mine) pending.shift()
       return value
     },
     deadline: (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs,
-    unansweredFor: (): number => unansweredSince === undefined ? 0 : clock.now() - unansweredSince
+    unansweredFor: (): number => pending.length === 0 ? 0 : clock.now() - (pending[0]?.at ?? 0)
   }
 }
 

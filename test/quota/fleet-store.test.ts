@@ -370,3 +370,19 @@ t.test('a request of no rule, admitted through Redis, goes however late it leave
   t.equal(store.leaving('upstream', [], taken.id), undefined, 'nothing Redis could count early')
   t.match(store.leaving('GET /a', rulesOf('GET /a 1/1s')[0]?.limits ?? [], ruled.id), { reason: 'degraded' }, 'control: one of a rule is refused')
 })
+
+t.test('a heartbeat that times out is sent again at once, once: then at its pace', async (t) => {
+  const { c, store, double } = await setup(t, 'GET /a 4/1s')
+  const beats = (): number => double.calls.filter((call) => call === 'heartbeat').length
+  await c.tick(TIMING.heartbeatMs)
+  t.equal(beats(), 1)
+  double.state.up = false
+  await c.tick(TIMING.heartbeatMs)
+  await c.tick(5)
+  t.equal(beats(), 3, 'timed out: again at once, and only once')
+  await c.tick(TIMING.heartbeatMs - 10)
+  t.equal(beats(), 3)
+  await c.tick(10)
+  t.equal(beats(), 4, 'then a heartbeat later')
+  t.equal(store.status().state, 'shared', 'a late heartbeat changes nothing by itself')
+})

@@ -3,51 +3,22 @@
 // leaves, it leaves late: the fleet counts it from its last renewal, TI from when it left, and
 // another sidecar could spend its place (found by an outside review: 3 in 900 ms under 2/1s).
 // Placed by the reassertion, it is refused as it leaves. Control: one Redis admitted.
-import pino from 'pino'
 import t, { type Test } from 'tap'
-import { systemClock } from '../../src/clock.js'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
-import { createMetrics } from '../../src/metrics.js'
-import { createFleetStore } from '../../src/quota/fleet-store.js'
-import { createRedisStore, type RedisStore } from '../../src/quota/redis-backend.js'
 import { startRedis } from '../helpers/redis.js'
 import { mostIn, sleep } from './late-upstream.js'
-import { cuttable } from './real-time-member.js'
+import { cuttable, fleetMember, until } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
 const { id: scope, limits } = rule
-
-async function member (t: Test, url: string, wrap = (r: RedisStore): RedisStore => r) {
-  const store = createFleetStore({
-    redis: wrap(createRedisStore({ url, timeoutMs: 200, prefix: 'late-reasserted:', clock: systemClock })),
-    clock: systemClock,
-    log: pino({ level: 'silent' }),
-    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
-    rules: [rule as NonNullable<typeof rule>],
-    redisTimeoutMs: 200,
-    fleetFloor: 2,
-    timing: { heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 0 },
-    onCooldown: () => {}
-  })
-  await store.start()
-  t.teardown(() => store.close())
-  return store
-}
-
-async function until (what: string, ok: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
-  const end = performance.now() + ms
-  while (!(await ok())) {
-    if (performance.now() > end) throw new Error(`never: ${what}`)
-    await sleep(20)
-  }
-}
+const PREFIX = 'late-reasserted:'
 
 async function scenario (t: Test, alone: boolean): Promise<{ most: number, refused: boolean }> {
   const server = await startRedis(t)
   let link: ReturnType<typeof cuttable> | undefined
-  const a = await member(t, server.url, (r) => { link = cuttable(r); return link.redis })
-  const b = await member(t, server.url)
+  const a = await fleetMember(t, server.url, PREFIX, rule as NonNullable<typeof rule>, (r) => { link = cuttable(r); return link.redis })
+  const b = await fleetMember(t, server.url, PREFIX, rule as NonNullable<typeof rule>)
   if (link === undefined) throw new Error('wrapped')
   const cutA = link
   await until('both shared', () => a.status().state === 'shared' && b.status().state === 'shared')

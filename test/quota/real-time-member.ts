@@ -44,3 +44,33 @@ export function cuttable (redis: RedisStore): { redis: RedisStore, cut: () => vo
   return { redis: proxy, cut: () => { cut = true }, heal: () => { cut = false } }
 }
 const CALLS = new Set<string | symbol>(['take', 'reassert', 'heartbeat', 'peek', 'leave', 'refund', 'leaving', 'coolDown', 'ping', 'readClock'])
+
+/**
+ * A member with the fleet's own timing (presence 3 s, a 200 ms timeout): cut off, it lapses and
+ * decides alone as in production.
+ */
+export async function fleetMember (t: Test, url: string, prefix: string, rule: Rule, wrap = (redis: RedisStore): RedisStore => redis) {
+  const store = createFleetStore({
+    redis: wrap(createRedisStore({ url, timeoutMs: 200, prefix, clock: systemClock })),
+    clock: systemClock,
+    log: pino({ level: 'silent' }),
+    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
+    rules: [rule],
+    redisTimeoutMs: 200,
+    fleetFloor: 2,
+    timing: { heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 0 },
+    onCooldown: () => {}
+  })
+  await store.start()
+  t.teardown(() => store.close())
+  return store
+}
+
+/** Polls `ok` every 20 ms until it holds; fails naming `what` after `ms`. */
+export async function until (what: string, ok: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const end = performance.now() + ms
+  while (!(await ok())) {
+    if (performance.now() > end) throw new Error(`never: ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
