@@ -7,7 +7,7 @@ import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { startRedis } from '../helpers/redis.js'
-import { cuttable, realTimeMember } from './real-time-member.js'
+import { cuttable, realTimeMember, spendUntil } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
@@ -43,12 +43,7 @@ async function scenario (t: Test, waitMs: number, { cutA = false } = {}): Promis
   })
   if (waitMs === 0) await aLeft
   // B: a caller every 20 ms for 2 s, each sent as soon as admitted.
-  const until = performance.now() + 2_000
-  while (performance.now() < until) {
-    const tk = await b.take(rule.id, rule.limits)
-    if (tk.kind === 'ok') { b.leaving(rule.id, rule.limits, tk.id); arrivals.push(performance.now()) }
-    await sleep(20)
-  }
+  await spendUntil(b, rule, performance.now() + 2_000, arrivals)
   await aLeft
   const first = Math.min(...arrivals)
   t.comment(`arrivals (ms) ${arrivals.sort((x, y) => x - y).map((x) => Math.round(x - first)).join(',')}`)

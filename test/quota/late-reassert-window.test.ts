@@ -8,7 +8,7 @@ import { parseRules } from '../../src/config/rate-limit-rules.js'
 import type { RedisStore } from '../../src/quota/redis-backend.js'
 import { startRedis } from '../helpers/redis.js'
 import { mostIn, sleep } from './late-upstream.js'
-import { cuttable, fleetMember, until } from './real-time-member.js'
+import { cuttable, fleetMember, spendUntil, until } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
@@ -69,12 +69,7 @@ async function scenario (t: Test, mode: 'slow-reply' | 'timed-out', leaveAfter: 
   }
   cutA.heal()
   await until('the reassertion script ran', () => scriptRan > 0)
-  // B: a caller every 20 ms, each sent as soon as admitted.
-  while (performance.now() < scriptRan + 2_000) {
-    const taken = await b.take(scope, limits)
-    if (taken.kind === 'ok' && b.leaving(scope, limits, taken.id) === undefined) arrivals.push(performance.now())
-    await sleep(20)
-  }
+  await spendUntil(b, rule as NonNullable<typeof rule>, scriptRan + 2_000, arrivals)
   await aLeft
   const first = Math.min(...arrivals)
   t.comment(`${mode}: X refused ${refused}; A ${a.status().state}; arrivals (ms after the script ran) ${arrivals.sort((p, q) => p - q).map((v) => Math.round(v - scriptRan)).join(',')}; first ${Math.round(first - scriptRan)}`)

@@ -7,7 +7,7 @@ import t, { type Test } from 'tap'
 import { parseRules } from '../../src/config/rate-limit-rules.js'
 import { startRedis } from '../helpers/redis.js'
 import { mostIn, sleep } from './late-upstream.js'
-import { cuttable, fleetMember, until } from './real-time-member.js'
+import { cuttable, fleetMember, spendUntil, until } from './real-time-member.js'
 
 const rule = parseRules('GET /x 2/1s', 'RATE_LIMITS').rules[0]
 if (rule === undefined) throw new Error('a rule')
@@ -52,12 +52,7 @@ async function scenario (t: Test, alone: boolean): Promise<{ most: number, refus
       a.refund(scope, limits, x)
     }
   })
-  // B: a caller every 20 ms, each sent as soon as admitted.
-  while (performance.now() < cutAt + 2_500) {
-    const taken = await b.take(scope, limits)
-    if (taken.kind === 'ok' && b.leaving(scope, limits, taken.id) === undefined) arrivals.push(performance.now())
-    await sleep(20)
-  }
+  await spendUntil(b, rule as NonNullable<typeof rule>, cutAt + 2_500, arrivals)
   await aLeft
   const first = Math.min(...arrivals)
   t.comment(`X refused ${refused}; arrivals (ms) ${arrivals.sort((p, q) => p - q).map((v) => Math.round(v - first)).join(',')}`)

@@ -9,17 +9,22 @@ import type { Rule } from '../../src/config/rate-limit-rules.js'
 import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore } from '../../src/quota/fleet-store.js'
 import { createRedisStore, type RedisStore } from '../../src/quota/redis-backend.js'
+import type { Store } from '../../src/quota/store.js'
 
 export async function realTimeMember (t: Test, url: string, prefix: string, rule: Rule, wrap = (redis: RedisStore): RedisStore => redis) {
+  return await member(t, url, prefix, rule, wrap, { timeoutMs: 5_000, presenceTtlMs: 60_000 })
+}
+
+async function member (t: Test, url: string, prefix: string, rule: Rule, wrap: (redis: RedisStore) => RedisStore, { timeoutMs, presenceTtlMs }: { timeoutMs: number, presenceTtlMs: number }) {
   const store = createFleetStore({
-    redis: wrap(createRedisStore({ url, timeoutMs: 5_000, prefix, clock: systemClock })),
+    redis: wrap(createRedisStore({ url, timeoutMs, prefix, clock: systemClock })),
     clock: systemClock,
     log: pino({ level: 'silent' }),
     metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
     rules: [rule],
-    redisTimeoutMs: 5_000,
+    redisTimeoutMs: timeoutMs,
     fleetFloor: 2,
-    timing: { heartbeatMs: 1_000, presenceTtlMs: 60_000, freshGraceMs: 0 },
+    timing: { heartbeatMs: 1_000, presenceTtlMs, freshGraceMs: 0 },
     onCooldown: () => {}
   })
   await store.start()
@@ -50,20 +55,7 @@ const CALLS = new Set<string | symbol>(['take', 'reassert', 'heartbeat', 'peek',
  * decides alone as in production.
  */
 export async function fleetMember (t: Test, url: string, prefix: string, rule: Rule, wrap = (redis: RedisStore): RedisStore => redis) {
-  const store = createFleetStore({
-    redis: wrap(createRedisStore({ url, timeoutMs: 200, prefix, clock: systemClock })),
-    clock: systemClock,
-    log: pino({ level: 'silent' }),
-    metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
-    rules: [rule],
-    redisTimeoutMs: 200,
-    fleetFloor: 2,
-    timing: { heartbeatMs: 1_000, presenceTtlMs: 3_000, freshGraceMs: 0 },
-    onCooldown: () => {}
-  })
-  await store.start()
-  t.teardown(() => store.close())
-  return store
+  return await member(t, url, prefix, rule, wrap, { timeoutMs: 200, presenceTtlMs: 3_000 })
 }
 
 /** Polls `ok` every 20 ms until it holds; fails naming `what` after `ms`. */
@@ -71,6 +63,15 @@ export async function until (what: string, ok: () => boolean | Promise<boolean>,
   const end = performance.now() + ms
   while (!(await ok())) {
     if (performance.now() > end) throw new Error(`never: ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** A caller every 20 ms until `endsAt` (performance.now()), each sent as soon as admitted: when each reached TI. */
+export async function spendUntil (store: Pick<Store, 'take' | 'leaving'>, rule: Rule, endsAt: number, arrivals: number[]): Promise<void> {
+  while (performance.now() < endsAt) {
+    const taken = await store.take(rule.id, rule.limits)
+    if (taken.kind === 'ok' && store.leaving(rule.id, rule.limits, taken.id) === undefined) arrivals.push(performance.now())
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
