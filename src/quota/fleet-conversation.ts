@@ -20,7 +20,7 @@ export interface ConversationOptions extends Pick<FleetStoreOptions, 'redis' | '
   member: Member
   /** Told Redis's maxmemory-policy at each reassertion. */
   noteMemoryPolicy: (policy: MemoryPolicy) => void
-  /** Sends not left yet that a reassertion asked at `askedAt` put in Redis's tally (fleet-departures.ts). */
+  /** The sends a reassertion asked at `askedAt` puts in Redis's tally; those not left yet are placed from then (fleet-departures.ts). */
   placed: (sends: readonly OpenSend[], askedAt: number) => void
 }
 
@@ -38,8 +38,8 @@ function reassertion (rules: readonly Rule[], ledger: Ledger): ReassertLimit[] {
   })))
 }
 
-/** The sends a reassertion tells, as the ledger lists them. */
-const waitingIn = (told: readonly ReassertLimit[]): OpenSend[] =>
+/** Every send a reassertion tells (left or still waiting), as the ledger lists them. */
+const sendsIn = (told: readonly ReassertLimit[]): OpenSend[] =>
   told.flatMap((l) => l.sends.map((send) => ({ scope: l.scope, limit: l.limit, ...send })))
 
 export function createConversation (options: ConversationOptions) {
@@ -83,7 +83,7 @@ export function createConversation (options: ConversationOptions) {
         const told = reassertion(options.rules, options.ledger)
         // Sends decided alone and still waiting are Redis's once the script runs, whatever reply
         // comes back (a late one too): placed from now, before it is sent.
-        options.placed(waitingIn(told), askedAt)
+        options.placed(sendsIn(told), askedAt)
         const reply = await redis.reassert(member, told, newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
         if (reply.lost) {

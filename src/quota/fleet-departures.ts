@@ -41,12 +41,10 @@ export interface DeparturesOptions {
   /** A send refused as it leaves is asked again after this (Redis is probed that often). */
   retryMs: number
   /**
-   * A command Redis has not answered for longer than this (its timeout): Redis may be frozen
-   * while still counted shared, and a re-time sent now may never land.
+   * A script Redis has left unanswered for longer than this (its timeout: redis.unansweredFor):
+   * Redis may be frozen while still counted shared, and a re-time sent now may never land.
    */
   quietMs: number
-  /** Ms the oldest command sent since Redis last answered has waited (0: none waiting). */
-  unansweredFor: () => number
 }
 
 /** One rule's sends waiting to leave, each with when the ledger stops holding it; renewed by one timer. */
@@ -60,7 +58,7 @@ interface Waiting {
 /** Most send ids renewed in one script (a rule may have thousands waiting behind a full pool). */
 const RENEW_BATCH = 1_000
 
-export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs, unansweredFor }: DeparturesOptions) {
+export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs }: DeparturesOptions) {
   const waiting = new Map<string, Waiting>()
   /** Sends Redis admitted and that have not left: no earlier than when Redis last placed each (its take, or a renewal it answered). */
   const placed = new Map<string, number>()
@@ -159,7 +157,7 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
       if (ledger.heldPast(scope, limits, id)) return HELD_PAST
       const placedAt = placed.get(id)
       const now = clock.now()
-      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || unansweredFor() > quietMs)) {
+      if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || redis.unansweredFor() > quietMs)) {
         return { reason: 'degraded', ms: retryMs }
       }
       settled(scope, id)

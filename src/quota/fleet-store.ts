@@ -92,7 +92,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl, largestDeclared: () => member.sizes?.hi ?? 0 })
   const { setState, learn } = reporting
   // From admission until its request is written or given up (fleet-departures.ts).
-  const departures = createDepartures({ clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: redisTimeoutMs, unansweredFor: redis.unansweredFor })
+  const departures = createDepartures({ clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: redisTimeoutMs })
   const conversation = createConversation({
     view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown, placed: departures.reasserted
   })

@@ -34,7 +34,7 @@ export type Verdict =
     readonly retryAfterMs: number
     readonly scope: string
     readonly lost?: boolean
-    /** Refused as it was leaving: it waited since the fleet's tally placed it, and Redis cannot be told (`leaving`). */
+    /** Refused as it was leaving: the tally can no longer count it where it was admitted (past the ledger's hold, or Redis cannot be told: `leaving`). */
     readonly late?: boolean
   }
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */

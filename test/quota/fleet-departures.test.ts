@@ -17,7 +17,10 @@ function setup (t: Test, rules: string) {
   const calls: string[] = []
   /** Redis answers nothing: renewals fail (the view is changed apart, as the conversation would). */
   let cut = false
+  /** When the oldest command Redis has not answered was sent: none, unless told. */
+  let unansweredSince: number | undefined
   const redis = {
+    unansweredFor: () => unansweredSince === undefined ? 0 : c.clock.now() - unansweredSince,
     async leaving (_scope: string, _limits: unknown, ...ids: string[]) {
       calls.push(`leaving ${ids.join(',')}`)
       if (cut) throw new Error('cut off')
@@ -27,11 +30,7 @@ function setup (t: Test, rules: string) {
   const view = createFleetView(2, 0)
   view.state = 'shared'
   const ledger = createLedger(c.clock)
-  /** When the oldest command Redis has not answered was sent: none, unless told. */
-  let unansweredSince: number | undefined
-  const departures = createDepartures({
-    clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 200, unansweredFor: () => unansweredSince === undefined ? 0 : c.clock.now() - unansweredSince
-  })
+  const departures = createDepartures({ clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 200 })
   t.teardown(() => { departures.close() })
   const rule = parseRules(rules, 'RATE_LIMITS').rules[0]
   if (rule === undefined) throw new Error('a rule')
