@@ -113,6 +113,16 @@ function abortForGoneCaller (c: Dispatcher.DispatchController | undefined): void
 }
 
 /**
+ * Whether the caller's connection can no longer carry an answer. Node's server ends it as soon as
+ * the caller closes its side, but closes the response only a turn later: a connection freed in
+ * between must not take a request whose caller has gone.
+ */
+function connectionEnded (res: ServerResponse): boolean {
+  // A destroyed socket is not writable either.
+  return !res.req.socket.writable
+}
+
+/**
  * One request sent through undici's dispatch(), its answer written straight to the caller's
  * response: status, end-to-end headers, and the body chunk by chunk with backpressure both ways.
  */
@@ -161,6 +171,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart (c: Dispatcher.DispatchController): void {
+    // Again for a caller already gone: it gives nothing back twice, and no controller is set yet.
+    if (connectionEnded(this.#res)) this.#callerGone()
     // Dropped before a single byte is written, if its caller has gone or was answered 503.
     if (this.#phase === 'expired' || (this.#callerLeft && !(this.#outlives && this.#goneAlready))) {
       this.#giveBack()

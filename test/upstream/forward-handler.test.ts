@@ -4,7 +4,8 @@
 // when the caller's 'close' comes after the exchange began; and a slow caller is waited for
 // with one 'drain' listener, however many chunks a held answer releases at once.
 import { EventEmitter } from 'node:events'
-import type { ServerResponse } from 'node:http'
+import { createServer, type ServerResponse } from 'node:http'
+import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
 import type { Dispatcher } from 'undici'
 import { ForwardHandler, type ForwardContext, type ForwardHooks } from '../../src/upstream/forward-handler.js'
@@ -13,6 +14,8 @@ import { ForwardHandler, type ForwardContext, type ForwardHooks } from '../../sr
 function callerResponse ({ destroyed = false, full = false } = {}) {
   const res = Object.assign(new EventEmitter(), {
     destroyed,
+    /** The caller's connection, open (a real one: the test of a caller closing its side). */
+    req: { socket: { destroyed: false, writable: true } },
     headersSent: false,
     written: [] as Buffer[],
     writeHead (statusCode: number) { res.headersSent = true; res.statusCode = statusCode; return res },
@@ -91,6 +94,37 @@ t.test('a request whose caller leaves while it is queued is dropped unsent and g
     t.ok(asked.aborted, `dropped (outlivesCaller ${outlivesCaller})`)
     t.equal(seen.unsent, 1, 'its point given back once')
   }
+})
+
+t.test('a queued request whose caller closed its side is dropped unsent, though its response closes only a turn later', async (t) => {
+  // A real caller on a real server: Node ends the connection when the caller closes its side
+  // and closes the response in a later turn. A connection freed in between (here: in the
+  // socket's own 'end', after Node's) must not carry the request of a caller that has gone.
+  const { h, seen } = hooks()
+  const dropped = new Promise<{ aborted: boolean, resClosed: boolean }>((resolve) => {
+    const server = createServer((req, res) => {
+      const handler = new ForwardHandler('GET', res, h, context())
+      let resClosed = false
+      res.once('close', () => { resClosed = true })
+      req.socket.once('end', () => {
+        const { c, seen: asked } = controller()
+        handler.onRequestStart(c)
+        resolve({ aborted: asked.aborted !== undefined, resClosed })
+      })
+    })
+    t.teardown(() => { server.close() })
+    server.listen(0, '127.0.0.1', () => {
+      const caller = connect((server.address() as AddressInfo).port, '127.0.0.1', () => {
+        caller.end('GET /x HTTP/1.1\r\nHost: x\r\n\r\n')
+      })
+      caller.resume()
+    })
+  })
+  const { aborted, resClosed } = await dropped
+  t.notOk(resClosed, 'the response had not closed yet (the window this closes)')
+  t.ok(aborted, 'dropped before a byte is written')
+  t.equal(seen.sending, 0, 'never asked to send')
+  t.equal(seen.unsent, 1, 'its point given back once')
 })
 
 t.test('a held answer released to a slow caller waits for one drain, not one per chunk', async (t) => {
