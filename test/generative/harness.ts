@@ -136,6 +136,15 @@ export async function setup (t: Test, env: Record<string, string> = {}) {
   const requests = createTally()
   const errors = createTally()
   let before: Samples | undefined
+  const counted = async (t: Test, noneInFlight: boolean): Promise<boolean> => {
+    const expected = [...requests.counts.values()].reduce((a, b) => a + b, 0)
+    const label = `the sidecar has counted all ${expected} requests made${noneInFlight ? ' and has none in flight' : ''}`
+    return await eventually(t, label, async () => {
+      const now = await scrape(sidecar.adminUrl)
+      const total = [...delta(before ?? new Map(), now, 'store_auth_proxy_requests_total').values()].reduce((a, b) => a + b, 0)
+      return total >= expected && (!noneInFlight || (now.get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0)
+    })
+  }
   return {
     ...sidecar,
     tokenEndpoint,
@@ -155,12 +164,11 @@ export async function setup (t: Test, env: Record<string, string> = {}) {
      * those requests goes upstream.
      */
     async settled (t: Test): Promise<boolean> {
-      const expected = [...requests.counts.values()].reduce((a, b) => a + b, 0)
-      return await eventually(t, `the sidecar has counted all ${expected} requests made and has none in flight`, async () => {
-        const now = await scrape(sidecar.adminUrl)
-        const counted = [...delta(before ?? new Map(), now, 'store_auth_proxy_requests_total').values()].reduce((a, b) => a + b, 0)
-        return counted >= expected && (now.get(seriesKey('store_auth_proxy_requests_in_flight', {})) ?? 0) === 0
-      })
+      return await counted(t, true)
+    },
+    /** Waits until the sidecar has counted every request the callers made so far; others may still be in flight. */
+    async counted (t: Test): Promise<boolean> {
+      return await counted(t, false)
     },
     /** The counters grew exactly as the callers' experience says. */
     async checkMetrics (t: Test) {
