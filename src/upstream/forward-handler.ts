@@ -118,8 +118,9 @@ function abortForGoneCaller (c: Dispatcher.DispatchController | undefined): void
  * between must not take a request whose caller has gone.
  */
 function connectionEnded (res: ServerResponse): boolean {
-  // A destroyed socket is not writable either.
-  return !res.req.socket.writable
+  // A destroyed socket is not writable either. Only a definite false: a socket that does not
+  // say (light-my-request's inject) is not taken for a caller gone.
+  return res.req.socket.writable === false
 }
 
 /**

@@ -127,6 +127,17 @@ t.test('a queued request whose caller closed its side is dropped unsent, though 
   t.equal(seen.unsent, 1, 'its point given back once')
 })
 
+t.test('a caller whose socket does not say whether it is writable (light-my-request\'s inject) is sent', async (t) => {
+  const res = Object.assign(callerResponse(), { req: { socket: {} } })
+  const { h, seen } = hooks()
+  const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+  const { c, seen: asked } = controller()
+  handler.onRequestStart(c)
+  t.equal(asked.aborted, undefined, 'sent')
+  t.equal(seen.sending, 1)
+  t.equal(seen.unsent, 0)
+})
+
 t.test('a held answer released to a slow caller waits for one drain, not one per chunk', async (t) => {
   const res = callerResponse({ full: true })
   const { h } = hooks({ holds: () => 1024 })
