@@ -209,7 +209,6 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     clearTimeout(this.#finalTimer)
     this.#hooks.answer?.(statusCode, headers)
     this.#closeDelimited = headers['content-length'] === undefined && headers['transfer-encoding'] === undefined &&
-      // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: a HEAD answer and a 204 or 304 end at their head, so undici never ends them on a reset
       this.#method !== 'HEAD' && !statusOnly(statusCode)
     const hold = this.#hooks.holds(statusCode)
     if (hold !== false) {

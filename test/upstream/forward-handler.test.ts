@@ -3,68 +3,11 @@
 // a cache fill's replay whose caller had gone is sent, so its budget point stays taken even
 // when the caller's 'close' comes after the exchange began; and a slow caller is waited for
 // with one 'drain' listener, however many chunks a held answer releases at once.
-import { EventEmitter } from 'node:events'
 import { createServer, type ServerResponse } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
-import type { Dispatcher } from 'undici'
-import { ForwardHandler, type ForwardContext, type ForwardHooks } from '../../src/upstream/forward-handler.js'
-
-/** A caller's response: `full` makes every write report a full buffer. */
-function callerResponse ({ destroyed = false, full = false } = {}) {
-  const res = Object.assign(new EventEmitter(), {
-    destroyed,
-    /** The caller's connection, open (a real one: the test of a caller closing its side). */
-    req: { socket: { destroyed: false, writable: true } },
-    headersSent: false,
-    written: [] as Buffer[],
-    writeHead (statusCode: number) { res.headersSent = true; res.statusCode = statusCode; return res },
-    statusCode: 0,
-    write (chunk: Buffer) { res.written.push(chunk); return !full },
-    end () { res.emit('finish') },
-    flushHeaders () {},
-    destroy () { res.destroyed = true }
-  })
-  return res
-}
-
-/** undici's controller for one exchange, counting what the handler asks of it. */
-function controller () {
-  const seen = { aborted: undefined as Error | undefined, pauses: 0, resumes: 0 }
-  const c = {
-    abort (err: Error) { seen.aborted = err },
-    pause () { seen.pauses++ },
-    resume () { seen.resumes++ }
-  } as unknown as Dispatcher.DispatchController
-  return { c, seen }
-}
-
-const context = (): ForwardContext => ({
-  saturated: () => true,
-  enterQueue: () => {},
-  leaveQueue: () => {},
-  queueTimeoutMs: 60_000,
-  timeoutMs: 60_000,
-  resets: { watch: () => {}, resetting: () => false }
-})
-
-function hooks (over: Partial<ForwardHooks> = {}) {
-  const seen = { unsent: 0, sending: 0, failed: [] as Error[], held: 0, started: 0 }
-  const h: ForwardHooks = {
-    holds: () => false,
-    held: () => { seen.held++ },
-    unsent: () => { seen.unsent++ },
-    sending: () => {
-      seen.sending++
-      return undefined
-    },
-    failed: (err) => { seen.failed.push(err) },
-    started: () => { seen.started++ },
-    truncated: () => {},
-    ...over
-  }
-  return { h, seen }
-}
+import { ForwardHandler } from '../../src/upstream/forward-handler.js'
+import { callerResponse, context, controller, hooks, resetting } from './forward-handler-bench.js'
 
 t.test('a fill\'s replay for a caller already gone is sent, and its point stays taken when the caller\'s close comes late', async (t) => {
   // destroy() emits 'close' on a later tick: the exchange begins in between.
@@ -89,6 +32,7 @@ t.test('a request whose caller leaves while it is queued is dropped unsent and g
     const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
     res.destroyed = true
     res.emit('close')
+    t.equal(seen.unsent, 1, 'at once, not when its request would have reached a connection')
     const { c, seen: asked } = controller()
     handler.onRequestStart(c)
     t.ok(asked.aborted, `dropped (outlivesCaller ${outlivesCaller})`)
@@ -191,4 +135,79 @@ t.test('`sending` may stop it: nothing written, its point given back, then `fail
   t.same(seen.failed, [why], 'the caller is answered for it')
   t.equal(seen.unsent, 1, 'once')
   t.notOk(res.headersSent)
+})
+
+t.test('a status outside 100..999 is a bad answer; 100 is interim and 999 an answer', async (t) => {
+  for (const statusCode of [99, 1000]) {
+    const { h, seen } = hooks()
+    const res = callerResponse()
+    const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+    const { c, seen: asked } = controller()
+    handler.onRequestStart(c)
+    handler.onResponseStart(c, statusCode, {})
+    t.equal((asked.aborted as { code?: string } | undefined)?.code, 'UPSTREAM_BAD_RESPONSE', `${statusCode}: aborted as bad`)
+    t.same([res.headersSent, seen.started], [false, 0], `${statusCode}: nothing passed on`)
+  }
+  const { h, seen } = hooks()
+  const res = callerResponse()
+  const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+  const { c, seen: asked } = controller()
+  handler.onRequestStart(c)
+  handler.onResponseStart(c, 100, {})
+  t.same([asked.aborted, seen.started], [undefined, 0], '100: waits for the final answer')
+  handler.onResponseStart(c, 999, { 'content-length': '0' })
+  t.same([asked.aborted, res.statusCode, seen.started], [undefined, 999, 1], '999: passed on')
+})
+
+t.test('an answer head Node refuses is a bad answer: nothing starts, and a held one released writes nothing', async (t) => {
+  for (const hold of [false, 4]) {
+    const { h, seen } = hooks({ holds: () => hold })
+    const res = callerResponse({ refusesHead: true })
+    const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, context())
+    const { c, seen: asked } = controller()
+    handler.onRequestStart(c)
+    handler.onResponseStart(c, 200, { 'content-length': '8' })
+    // Held: the head is written only once the answer outgrows the hold (undici sends no data after an abort).
+    if (hold !== false) handler.onResponseData(c, Buffer.from('12345678'))
+    const aborted = asked.aborted as (Error & { code?: string }) | undefined
+    t.equal(aborted?.code, 'UPSTREAM_BAD_RESPONSE', `held ${hold}: aborted as bad`)
+    t.type(aborted?.cause, TypeError, 'with Node\'s refusal as its cause')
+    t.same([seen.started, res.written.length], [0, 0], `held ${hold}: nothing started or written`)
+  }
+})
+
+t.test('an answer whose end its framing marks is complete, though the connection resets as it ends', async (t) => {
+  const framed: Array<[string, number, Record<string, string>]> = [
+    ['GET', 200, { 'content-length': '2' }],
+    ['GET', 200, { 'transfer-encoding': 'chunked' }],
+    ['GET', 204, {}],
+    ['GET', 304, {}],
+    ['HEAD', 200, {}]
+  ]
+  for (const [method, statusCode, headers] of framed) {
+    const { h, seen } = hooks()
+    const res = callerResponse()
+    const handler = new ForwardHandler(method, res as unknown as ServerResponse, h, resetting())
+    const { c } = controller()
+    handler.onRequestStart(c)
+    handler.onResponseStart(c, statusCode, headers)
+    handler.onResponseEnd()
+    t.same([res.ended, res.destroyed, seen.truncated], [true, false, 0], `${method} ${statusCode} ${JSON.stringify(headers)}: ended`)
+  }
+})
+
+t.test('an answer that only the connection\'s close ends is cut when it resets: a held one fails, a streamed one is cut', async (t) => {
+  for (const hold of [false, true]) {
+    const { h, seen } = hooks({ holds: () => hold })
+    const res = callerResponse()
+    const handler = new ForwardHandler('GET', res as unknown as ServerResponse, h, resetting())
+    const { c } = controller()
+    handler.onRequestStart(c)
+    handler.onResponseStart(c, 200, {})
+    handler.onResponseData(c, Buffer.from('ok'))
+    handler.onResponseEnd()
+    t.same([res.ended, seen.held], [false, 0], `held ${hold}: not taken for complete`)
+    if (hold) t.same(seen.failed.map((err) => (err as { code?: string }).code), ['ECONNRESET'], 'the caller still gets a 502')
+    else t.same([seen.truncated, res.destroyed], [1, true], 'the caller\'s connection is cut')
+  }
 })
