@@ -47,6 +47,7 @@ export default area('forwarding', {
     'test/proxy/stages-answers.test.ts',
     'test/proxy/raw-answers.test.ts',
     'test/upstream/forward-handler.test.ts',
+    'test/upstream/forward-handler-gone.test.ts',
     // The listeners' admission (server.ts): connection gate, header count, 100-continue,
     // route policy, tracing hook, access log; each builds the app in-process.
     'test/overload/connections.test.ts',

@@ -263,7 +263,6 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     }
     if (this.#res.headersSent) {
       this.#cutCaller(err)
-      // Stryker disable next-line ConditionalExpression: equivalent here: the upstream stage's failed returns at once for a caller whose connection is gone
     } else if (!this.#res.destroyed) {
       this.#hooks.failed(err)
     }
@@ -280,6 +279,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
 
   /** The queue's timer: a request still waiting for a busy pool gets 503 and goes unsent. */
   readonly #expire = (): void => {
+    // Stryker disable next-line ConditionalExpression: equivalent: it is armed only while queued (once), and leaving 'queued' clears it
     if (this.#phase !== 'queued') return
     // Still connecting rather than waiting for a busy connection: the connect timeout bounds that.
     if (!this.#context.saturated()) {
@@ -315,7 +315,6 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#moveTo('done')
     // Stryker disable next-line CallExpression: equivalent: the timer is cleared at the final answer's head; without one, its abort meets a request already over
     clearTimeout(this.#finalTimer)
-    // Stryker disable next-line StringLiteral: equivalent: a callerGone left behind only gives back what was written (nothing) and aborts a request already over
     this.#res.removeListener('close', this.#callerGone)
   }
 
