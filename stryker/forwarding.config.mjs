@@ -44,6 +44,7 @@ export default area('forwarding', {
     'test/proxy/stages-cached.test.ts',
     'test/proxy/stages-replay.test.ts',
     'test/proxy/stages-upstream.test.ts',
+    'test/proxy/stages-request.test.ts',
     'test/proxy/stages-answers.test.ts',
     'test/proxy/raw-answers.test.ts',
     'test/upstream/forward-handler.test.ts',
