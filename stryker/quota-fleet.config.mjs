@@ -11,6 +11,7 @@ export default area('quota-fleet', {
     'src/quota/fleet-conversation.ts',
     'src/quota/redis-backend.ts',
     'src/quota/redis-scripts.ts',
+    'src/quota/redis-script-holds.ts',
     'src/redis/connection.ts'
   ],
   // loading.test.ts is left out: it runs dist/main.js (which modules start-up loads), which

@@ -290,3 +290,8 @@ export function matchRule (rules: readonly Rule[], method: string, target: strin
   }
   return undefined
 }
+
+/** The longest window of any limit of the rules (0: none). */
+export function longestWindowMs (rules: readonly Rule[]): number {
+  return Math.max(0, ...rules.flatMap((rule) => rule.limits.map((limit) => limit.windowMs)))
+}

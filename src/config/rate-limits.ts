@@ -1,10 +1,10 @@
 // The quota guard's settings: RATE_LIMITS(_FILE) and RATE_LIMIT_*, read from the environment
 // that src/config/ has typed (their schema entries, defaults and limits are there).
-import { type RawEnv } from './schema.js'
+import { DEFAULT_RATE_LIMIT_ALONE_EXTRA_MS, type RawEnv } from './schema.js'
 import { type ReadFileSync } from './parse-env.js'
 import { trimCredential } from './credentials.js'
 import { SecretFileError } from './secret-file.js'
-import { parseRules, type Rule } from './rate-limit-rules.js'
+import { longestWindowMs, parseRules, type Rule } from './rate-limit-rules.js'
 
 /** The quota guard's settings (src/quota/). */
 export interface RateLimitConfig {
@@ -31,6 +31,12 @@ export interface RateLimitConfig {
    * unset (then a sidecar cut off from Redis spends nothing). Cut off, it spends limit / size.
    */
   readonly fleetSize: number
+  /**
+   * RATE_LIMIT_ALONE_MAX_MS, or the longest window + an hour: cut off from Redis for longer
+   * (since the send of its last script Redis ran), a sidecar sends nothing budgeted; so Redis
+   * can end the hold of one that lapsed once this + its longest window has passed.
+   */
+  readonly aloneMaxMs: number
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly headers: boolean
 }
@@ -90,6 +96,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
     redisUrlFile: redisUrlSource === undefined || redisUrlSource === 'RATE_LIMIT_REDIS_URL' ? undefined : urlFile,
     redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
     fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0,
+    aloneMaxMs: raw.RATE_LIMIT_ALONE_MAX_MS ?? longestWindowMs(rules) + DEFAULT_RATE_LIMIT_ALONE_EXTRA_MS,
     headers: raw.RATE_LIMIT_HEADERS
   })
 }

@@ -61,7 +61,7 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
       shared = (await import('../cache/redis-cache.js')).createSharedCache({ ...connection, now: () => clock.now(), maxBytes: config.cache.redisMaxBytes })
     }
     fleet = (onCooldown) => createFleetStore({
-      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member }),
+      ...(durable === undefined ? {} : { ledger: durable.ledger, memberId: durable.member, ledgerWhole: durable.whole }),
       redis,
       clock,
       log: log.child({ component: 'quota' }),
@@ -69,6 +69,7 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
       rules: rateLimits.rules,
       redisTimeoutMs: rateLimits.redisTimeoutMs,
       fleetFloor: rateLimits.fleetSize,
+      aloneMaxMs: rateLimits.aloneMaxMs,
       ...(quotaTiming === undefined ? {} : { timing: quotaTiming }),
       onCooldown
     })
@@ -116,5 +117,7 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
   const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
-  return { ledger, member, save: createLedgerWriter(dir, member, ledger, clock).save }
+  // Every send of the file restored (none of a rule or limit no longer configured): it vouches for the earlier runs.
+  const whole = loaded.state === 'loaded' && restored === loaded.sends.length
+  return { ledger, member, whole, save: createLedgerWriter(dir, member, ledger, clock).save }
 }

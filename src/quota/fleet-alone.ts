@@ -9,13 +9,16 @@ import type { Take } from './store.js'
 import type { FleetStoreOptions } from './fleet-store.js'
 import type { FleetTiming, FleetView } from './fleet-view.js'
 
-/** A send admitted (by Redis or alone): the ledger holds it either way, the insurance for an outage. */
-export function admit (ledger: Ledger, scope: string, limits: readonly Limit[], id: string, at?: number): Take {
+/**
+ * A send admitted (by Redis or alone): the ledger holds it either way, the insurance for an
+ * outage. One admitted `alone` goes out only once STATE_DIR's ledger holds it (persistingStore).
+ */
+export function admit (ledger: Ledger, scope: string, limits: readonly Limit[], id: string, at?: number, alone = false): Take {
   ledger.record(scope, limits, id, at)
-  return { kind: 'ok', id }
+  return alone ? { kind: 'ok', id, alone } : { kind: 'ok', id }
 }
 
-export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFloor'> {
+export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFloor' | 'aloneMaxMs'> {
   view: FleetView
   ledger: Ledger
   timing: FleetTiming
@@ -27,14 +30,21 @@ export interface AloneOptions extends Pick<FleetStoreOptions, 'clock' | 'fleetFl
   spenders: () => number
 }
 
-export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon, spenders }: AloneOptions) {
+export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon, spenders, aloneMaxMs = Infinity }: AloneOptions) {
   /** Share of a limit this sidecar may spend on its own: none without RATE_LIMIT_FLEET_SIZE. */
   const shareOf = (limit: Limit): number => fleetFloor <= 0 ? 0 : Math.floor(limit.count / spenders())
   /** A fleet of one, declared and never contradicted (by a size present or declared): its ledger is the whole tally. */
   const oneOfOne = (): boolean => fleetFloor === 1 && spenders() === 1
+  /**
+   * Cut off for longer than RATE_LIMIT_ALONE_MAX_MS, counted from the send of the last script
+   * Redis ran (it ran after it was sent): Redis ends this sidecar's hold that bound + a window
+   * after its presence, so nothing more may go out alone (redis-scripts.ts, timeEnded).
+   */
+  const ended = (now: number): boolean => now - view.renewedAt >= aloneMaxMs
 
   return {
     shareOf,
+    ended,
 
     /**
      * A take decided without Redis: the share, from one window after Redis last counted this
@@ -47,12 +57,13 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
       // counted present by Redis: nobody would hold back what it spent (redis-scripts.ts).
       if (view.reasserting !== undefined || !view.everShared) return { kind: 'degraded', ms: timing.heartbeatMs }
       const now = clock.now()
+      if (ended(now)) return { kind: 'degraded', ms: timing.heartbeatMs, aloneEnded: true }
       if (oneOfOne()) {
         // Its ledger is the whole tally, but for what an earlier run of it sent.
         let ms = 0
         for (const limit of limits) ms = Math.max(ms, bornAt + limit.windowMs - now)
         if (ms <= 0) ms = ledger.wait(scope, limits)
-        return ms > 0 ? { kind: 'degraded', ms } : admit(ledger, scope, limits, id)
+        return ms > 0 ? { kind: 'degraded', ms } : admit(ledger, scope, limits, id, undefined, true)
       }
       let ms = 0
       for (const limit of limits) {
@@ -61,7 +72,7 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
         ms = Math.max(ms, view.presenceBound + limit.windowMs - now)
       }
       if (ms <= 0) ms = ledger.wait(scope, limits, shareOf)
-      return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(ledger, scope, limits, id)
+      return ms > 0 ? { kind: 'degraded', ms: Math.min(ms, timing.heartbeatMs) } : admit(ledger, scope, limits, id, undefined, true)
     },
 
     /** What `take` would still let each limit send (RateLimit fields): its share's room, none while it would refuse. */
@@ -70,7 +81,7 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
       const one = oneOfOne()
       return ledgerBudget(ledger, scope, limits, (limit) => one ? limit.count : shareOf(limit)).map((remaining, i) => {
         const limit = limits[i] as Limit
-        const ms = view.reasserting !== undefined || !view.everShared || (!one && shareOf(limit) === 0)
+        const ms = view.reasserting !== undefined || !view.everShared || ended(now) || (!one && shareOf(limit) === 0)
           ? timing.heartbeatMs
           : (one ? bornAt : view.presenceBound) + limit.windowMs - now
         return ms > 0 ? { left: 0, resetMs: Math.max(ms, remaining.resetMs) } : remaining

@@ -42,6 +42,14 @@ function reassertion (rules: readonly Rule[], ledger: Ledger): ReassertLimit[] {
 const sendsIn = (told: readonly ReassertLimit[]): OpenSend[] =>
   told.flatMap((l) => l.sends.map((send) => ({ scope: l.scope, limit: l.limit, ...send })))
 
+/** Cool-downs begun while Redis was away (or lost with its data) go to Redis, so the whole fleet keeps them. */
+async function shareCooldowns ({ redis, clock, cooldowns }: Pick<ConversationOptions, 'redis' | 'clock' | 'cooldowns'>): Promise<void> {
+  const now = clock.now()
+  await Promise.all(cooldowns.active().map(async ({ scope, endsAt }) => {
+    await redis.coolDown(scope, { retryAfterMs: endsAt - now, baseMs: 0, maxMs: endsAt - now })
+  }))
+}
+
 export function createConversation (options: ConversationOptions) {
   const { view, reporting: { setState, learn, reportProblem }, redis, clock, log, metrics, redisTimeoutMs, timing, cooldowns, member, onCooldown } = options
   /** Scopes whose cool-downs every heartbeat reads from Redis. */
@@ -79,13 +87,14 @@ export function createConversation (options: ConversationOptions) {
       try {
         await redis.readClock()
         extendPresenceBound()
-        const askedAt = clock.now()
+        const sentAt = clock.now()
         const told = reassertion(options.rules, options.ledger)
         // Sends decided alone and still waiting are Redis's once the script runs, whatever reply
         // comes back (a late one too): placed from now, before it is sent.
-        options.placed(sendsIn(told), askedAt)
+        options.placed(sendsIn(told), sentAt)
         const reply = await redis.reassert(member, told, newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
+        view.renewedAt = Math.max(view.renewedAt, sentAt)
         if (reply.lost) {
           log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')
           metrics.rateLimitRedisDataLost?.inc()
@@ -97,7 +106,7 @@ export function createConversation (options: ConversationOptions) {
         learn(reply)
         // Stryker disable next-line all: reported only (memory-policy.ts; test/budgets/eviction-policy.test.ts)
         void Promise.resolve().then(redis.memoryPolicy).then(options.noteMemoryPolicy, () => {})
-        await shareCooldowns()
+        await shareCooldowns(options)
         const was = view.state
         setState('shared')
         // Stryker disable next-line StringLiteral: the message is only logged with a problem
@@ -115,21 +124,15 @@ export function createConversation (options: ConversationOptions) {
     return view.reasserting
   }
 
-  /** Cool-downs begun while Redis was away (or lost with its data) go to Redis, so the whole fleet keeps them. */
-  async function shareCooldowns (): Promise<void> {
-    const now = clock.now()
-    await Promise.all(cooldowns.active().map(async ({ scope, endsAt }) => {
-      await redis.coolDown(scope, { retryAfterMs: endsAt - now, baseMs: 0, maxMs: endsAt - now })
-    }))
-  }
-
   /** Shared: the presence heartbeat. Otherwise: a PING, and the reassertion when it answers. */
   async function tick (): Promise<void> {
     if (view.state === 'shared') {
       extendPresenceBound()
+      const sentAt = clock.now()
       try {
         const reply = await redis.heartbeat(member, scopes)
         if (reply.code === 'ok') {
+          view.renewedAt = Math.max(view.renewedAt, sentAt)
           learn(reply)
           for (const [scope, ms] of reply.cooldowns) if (cooldowns.adopt(scope, ms)) onCooldown(scope)
         } else if (reply.code === 'epoch') {

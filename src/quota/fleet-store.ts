@@ -29,7 +29,7 @@ import { createLedger, type Ledger } from './ledger.js'
 import type { Remaining } from './rate-limit-fields.js'
 import { createMemoryPolicyReport, type MemoryPolicy } from '../redis/memory-policy.js'
 import { redisAuthProblem, type Member, type RedisStore } from './redis-backend.js'
-import type { Limit, Rule } from '../config/rate-limit-rules.js'
+import { longestWindowMs, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 import { createFleetReport, createFleetView, type FleetState, type FleetTiming } from './fleet-view.js'
 import { createDepartures } from './fleet-departures.js'
@@ -55,6 +55,8 @@ export interface FleetStatus {
   problem: string | undefined
   /** Settling on its first contact: the sidecar has never had a tally it could trust (holds /readyz). */
   starting: boolean
+  /** Cut off for longer than RATE_LIMIT_ALONE_MAX_MS: nothing budgeted is sent until Redis answers. */
+  aloneEnded: boolean
   /** Whether Redis may evict budget keys, as read at the last connection (undefined: not yet read). */
   memory?: MemoryPolicy | undefined
 }
@@ -75,6 +77,22 @@ export interface FleetStoreOptions {
   ledger?: Ledger
   /** The earlier run's member id, kept in STATE_DIR: Redis sees the same sidecar come back. */
   memberId?: string
+  /** The ledger restored holds every send the earlier runs made alone (every one of them read): their lapse can end with this run. */
+  ledgerWhole?: boolean
+  /** RATE_LIMIT_ALONE_MAX_MS: cut off for longer, nothing is spent alone (unset: no bound, as an earlier version). */
+  aloneMaxMs?: number
+}
+
+/** This sidecar as Redis knows it: what it tells with every script. */
+function memberOf (options: FleetStoreOptions, timing: FleetTiming): Member {
+  return {
+    id: options.memberId ?? newMemberId(),
+    presenceTtlMs: timing.presenceTtlMs,
+    fleetFloor: options.fleetFloor,
+    epoch: '',
+    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules),
+    vouches: options.memberId !== undefined && options.ledgerWhole === true
+  }
 }
 
 export function createFleetStore (options: FleetStoreOptions) {
@@ -82,7 +100,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   const timing: FleetTiming = { ...DEFAULT_FLEET_TIMING, ...options.timing }
   const ledger = options.ledger ?? createLedger(clock)
   const cooldowns: Cooldowns = createCooldowns(clock)
-  const member: Member = { id: options.memberId ?? newMemberId(), presenceTtlMs: timing.presenceTtlMs, fleetFloor, epoch: '' }
+  const member = memberOf(options, timing)
   // A member id kept from an earlier run names the sidecar; this run's sends get ids of their own.
   const nextId = createSendIds(options.memberId === undefined ? member.id : newMemberId())
   /** When this process started: an earlier run of this sidecar may have spent until then. */
@@ -97,7 +115,8 @@ export function createFleetStore (options: FleetStoreOptions) {
     view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown, placed: departures.reasserted
   })
   const { fallBack, reassert, schedule } = conversation
-  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders })
+  const bound = options.aloneMaxMs === undefined ? {} : { aloneMaxMs: options.aloneMaxMs }
+  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders, ...bound })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
     // This sidecar's own sends that have not left yet count as leaving now: Redis may have
@@ -117,6 +136,7 @@ export function createFleetStore (options: FleetStoreOptions) {
       // The same id: should the take have run in Redis after all, the send counts once.
       return alone.take(scope, limits, id)
     }
+    if (reply.code !== 'late' && reply.code !== 'epoch') view.renewedAt = Math.max(view.renewedAt, askedAt)
     switch (reply.code) {
       case 'ok':
         learn(reply)
@@ -173,7 +193,8 @@ export function createFleetStore (options: FleetStoreOptions) {
     status (): FleetStatus {
       const { state, present, problem, graceUntil } = view
       const settling = state === 'shared' && clock.now() < graceUntil
-      return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, memory: memory.current() }
+      const aloneEnded = state !== 'shared' && view.everShared && alone.ended(clock.now())
+      return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, aloneEnded, memory: memory.current() }
     },
     /** Share of a limit while cut off from Redis (floor(limit / the fleet size or the largest declared); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => alone.shareOf(limit),

@@ -29,6 +29,13 @@ export interface FleetView {
    * one window after it.
    */
   presenceBound: number
+  /**
+   * When the latest script Redis ran for this sidecar (renewing its presence) was sent, in
+   * monotonic ms (-Infinity: none yet). Cut off, it spends alone until this +
+   * RATE_LIMIT_ALONE_MAX_MS: in Redis's time no later than that script's run + the bound,
+   * however late its own timers fire (fleet-alone.ts).
+   */
+  renewedAt: number
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
   graceUntil: number
   /** The grace of a first contact made at start: until then this sidecar has never had a tally to trust. */
@@ -50,6 +57,7 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     size: fleetFloor,
     present: 0,
     presenceBound,
+    renewedAt: -Infinity,
     graceUntil: -Infinity,
     firstGraceUntil: undefined,
     starting: true,

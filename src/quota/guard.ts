@@ -36,9 +36,14 @@ export type Verdict =
     readonly lost?: boolean
     /** Refused as it was leaving: the tally can no longer count it where it was admitted (past the ledger's hold, or Redis cannot be told: `leaving`). */
     readonly late?: boolean
+    readonly aloneEnded?: boolean
   }
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
+
+/** Why a take was refused for want of Redis, when not the usual share spent. */
+const degradedCause = (take: Extract<Take, { kind: 'degraded' }>): { lost?: true, aloneEnded?: true } =>
+  take.lost === true ? { lost: true } : take.aloneEnded === true ? { aloneEnded: true } : {}
 
 /** The verdict when nothing is taken: nothing can stop a request, or its scope has no limits. */
 const FREE: Verdict = Object.freeze({ ok: true, delayed: false, ticket: undefined })
@@ -94,9 +99,11 @@ function sharingNote (s: FleetStatus, url: string): string | undefined {
   if (s.state === 'shared' || s.starting) return undefined
   if (s.state === 'settling') return `rate limits shared in redis ${url} in a moment: its tally is new, sidecars are still telling it their sends`
   const why = s.problem ?? (s.state === 'connecting' ? 'not reachable yet' : 'unreachable or too slow')
-  const alone = s.declared === 0
-    ? 'budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)'
-    : `each sidecar spends only its share (fleet size ${s.size})`
+  const alone = s.aloneEnded
+    ? 'cut off for longer than RATE_LIMIT_ALONE_MAX_MS, budgeted requests are refused until it answers'
+    : s.declared === 0
+      ? 'budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)'
+      : `each sidecar spends only its share (fleet size ${s.size})`
   return `rate limits not shared: redis ${url} ${why}; ${alone}`
 }
 
@@ -163,6 +170,9 @@ function refusedBecause (verdict: Extract<Verdict, { retryAfterMs: number }>, na
   if (verdict.lost === true) {
     return `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window`
   }
+  if (verdict.aloneEnded === true) {
+    return `the fleet's budget of ${name} cannot be checked: this sidecar has been cut off from rate-limit redis for longer than RATE_LIMIT_ALONE_MAX_MS and sends nothing budgeted until it answers`
+  }
   return `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent`
 }
 
@@ -201,7 +211,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   const store: Store = durable === undefined ? base : persistingStore(base, durable.save, log)
   const gauge = createCooldownGauge(clock, metrics, cooldowns, [...rules.map((r) => r.id), UPSTREAM_SCOPE])
 
-  function refuse (scope: string, reason: Refusal, ms: number, why: { lost?: true, late?: true } = {}): Verdict {
+  function refuse (scope: string, reason: Refusal, ms: number, why: { lost?: true, late?: true, aloneEnded?: true } = {}): Verdict {
     metrics.rateLimited.inc({ rule: scope, reason, action: 'refused' })
     // A cool-down refused for is on its gauge, whoever started it (no cool-down under way: nothing to note).
     gauge.note(scope)
@@ -226,7 +236,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // Over budget (the fleet's, or this sidecar's share): wait if it frees within
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
-      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' && result.lost === true ? { lost: true } : {})
+      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' ? degradedCause(result) : {})
       if (await sleep(clock, result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)

@@ -126,31 +126,40 @@ export function createLedgerWriter (dir: string, member: string, ledger: Ledger,
   }
 }
 
+/** Retry-After of a send decided alone and refused because the file could not record it. */
+const UNRECORDED_RETRY_MS = 1_000
+
 /**
  * The store whose admitted sends go out only once the file records them. A write that fails
  * (a full or read-only disk) is logged, once per change, and the send goes out: the file is
  * insurance against restarts, and refusing every budgeted call for it would be an outage of
- * its own (the budget in memory, and Redis's, still hold).
+ * its own (the budget in memory, and Redis's, still hold). But for a send decided alone (cut
+ * off from Redis): only the file holds it, and a restart's lapse in Redis ends when the file
+ * is told (redis-scripts.ts, endsWithRun), so it is given back and refused.
  */
 export function persistingStore (store: Store, save: () => Promise<void>, log: Logger): Store {
   let failing: string | undefined
-  async function recorded (take: Take): Promise<Take> {
+  async function recorded (scope: string, limits: readonly Limit[], take: Extract<Take, { kind: 'ok' }>): Promise<Take> {
     try {
       await save()
       if (failing !== undefined) log.info('rate-limit ledger written to STATE_DIR again')
       failing = undefined
     } catch (err) {
       const reason = (err as NodeJS.ErrnoException).code ?? String(err)
-      if (reason !== failing) log.error({ reason }, 'rate-limit ledger cannot be written to STATE_DIR: sends go on, but a restart would forget them')
+      if (reason !== failing) log.error({ reason }, 'rate-limit ledger cannot be written to STATE_DIR: shared sends go on (a restart would forget them), sends decided alone are refused')
       failing = reason
+      if (take.alone === true) {
+        store.refund(scope, limits, take.id)
+        return { kind: 'degraded', ms: UNRECORDED_RETRY_MS }
+      }
     }
     return take
   }
-  const after = (take: Take): Take | Promise<Take> => take.kind === 'ok' && take.id !== '' ? recorded(take) : take
+  const after = (scope: string, limits: readonly Limit[], take: Take): Take | Promise<Take> => take.kind === 'ok' && take.id !== '' ? recorded(scope, limits, take) : take
   return {
     take (scope, limits) {
       const take = store.take(scope, limits)
-      return take instanceof Promise ? take.then(after) : after(take)
+      return take instanceof Promise ? take.then((t) => after(scope, limits, t)) : after(scope, limits, take)
     },
     refund: (scope, limits, id) => { store.refund(scope, limits, id) },
     // No wait before the send: its new time is in the next write (until then the file has it

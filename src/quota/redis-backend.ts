@@ -48,6 +48,14 @@ export interface Member {
    * store): told again after a data loss, as the sizes a sidecar cut off through it may have.
    */
   sizes?: { lo: number, hi: number }
+  /**
+   * RATE_LIMIT_ALONE_MAX_MS + the longest window of its rules: once its presence has lapsed for
+   * this long, its sends alone are outside every window and Redis drops its entry (0 or unset:
+   * never, as an earlier version's).
+   */
+  aloneSpanMs?: number
+  /** Its ledger holds every send its earlier runs made alone (STATE_DIR, read whole): a restart's entry can end with it. */
+  vouches?: boolean
 }
 
 export type TakeCode = 'ok' | 'cooldown' | 'budget' | 'late' | 'gated' | 'epoch'
@@ -143,7 +151,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
   const { calibrate, answered, deadline, unansweredFor } = redisTiming(clock, timeoutMs)
 
   const key = (scope: string, suffix: string): string => `${prefix}${suffix}:${scope}`
-  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`, `${prefix}held-sizes`]
+  const fleetKeys = [`${prefix}epoch`, `${prefix}members`, `${prefix}lapsed`, `${prefix}released`, `${prefix}tally`, `${prefix}floors`, `${prefix}released-floors`, `${prefix}held-sizes`, `${prefix}alone-spans`]
   const logKey = (scope: string, limit: Limit): string => key(scope, `log:${limit.text}`)
   // Stryker disable next-line StringLiteral: one gate for a scope's limits holds for its longest window, and a take waits for the longest gate of its limits anyway
   const gateKey = (scope: string, limit: Limit): string => key(scope, `gate:${limit.text}`)
@@ -168,7 +176,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async take (member: Member, scope: string, limits: readonly Limit[], sendId: string): Promise<TakeReply> {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => [logKey(scope, l), gateKey(scope, l)])]
-      const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs]
+      const args = [...memberArgs(member), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs, member.aloneSpanMs ?? 0]
       const reply = await answered(client.sapTake(keys.length, ...keys, ...args))
       calibrate(Number(reply[4]))
       noteSizes(member, reply, 5)
@@ -177,9 +185,9 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     /** `newRun`: this process's first contact (a restart keeping its member id is a new run). */
     async reassert (member: Member, limits: readonly ReassertLimit[], newEpoch: string, newRun = false): Promise<ReassertReply> {
       const keys = [...fleetKeys, ...limits.flatMap((l) => [logKey(l.scope, l.limit), gateKey(l.scope, l.limit)])]
-      const args = [...memberArgs(member), newEpoch, newRun ? 1 : 0,
+      const args = [...memberArgs(member), newEpoch, newRun ? (member.vouches === true ? 2 : 1) : 0,
         ...limits.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])]),
-        member.sizes?.lo ?? 0, member.sizes?.hi ?? 0, timeoutMs]
+        member.sizes?.lo ?? 0, member.sizes?.hi ?? 0, timeoutMs, member.aloneSpanMs ?? 0]
       const reply = await answered(client.sapReassert(keys.length, ...keys, ...args))
       const now = Number(reply[4])
       calibrate(now)
@@ -197,7 +205,7 @@ export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }:
     },
     async heartbeat (member: Member, scopes: readonly string[]): Promise<HeartbeatReply> {
       const keys = [...fleetKeys, ...scopes.map((scope) => key(scope, 'cooldown'))]
-      const reply = await answered(client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs))
+      const reply = await answered(client.sapHeartbeat(keys.length, ...keys, ...memberArgs(member), timeoutMs, member.aloneSpanMs ?? 0))
       calibrate(Number(reply[3]))
       noteSizes(member, reply, 4 + scopes.length)
       const code = Number(reply[0])

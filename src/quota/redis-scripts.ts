@@ -1,7 +1,9 @@
 // The Lua scripts of the fleet's tally (redis-backend.ts runs them). Each limit is a sliding
 // log: a sorted set of send ids scored by Redis's own clock (TIME), so "at most N in any W"
 // holds across the fleet whatever the sidecars' clocks say. Every script is atomic: a take
-// adds its send id to every limit of the rule, or to none.
+// adds its send id to every limit of the rule, or to none. Who is held back, and until when:
+// redis-script-holds.ts.
+import { HOLDS } from './redis-script-holds.js'
 
 // How long a released sidecar's entry is kept (ms), longer than any window: see `presence`.
 export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
@@ -10,19 +12,6 @@ export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
 // volatile-* maxmemory-policy (the managed offerings' default) evicts only keys with one, such
 // as the read cache's entries, so memory pressure never drops a budget. A log is pruned by its
 // scores at every take; a gate holds until the time it stores (an earlier version's: its TTL).
-//
-// What a sidecar may have spent alone, out of Redis's sight, is held back (`heldBack`). Only
-// a sidecar that was present spends alone (from one window after its presence lapsed), so
-// Redis knows each one: it is remembered as lapsed (KEYS[3]) until it comes back and tells
-// its sends, and its share stays held (as does each absent one's). At most RATE_LIMIT_FLEET_SIZE
-// run at once (the guarantee's first assumption), so of the lapsed ones all but
-// RATE_LIMIT_FLEET_SIZE − present have stopped; but what they sent may still be in the window:
-// that many, the oldest, are released (KEYS[4]) and each one's share held one more window from
-// when no member counted present can still be a dead process (`releaseAt`). Sidecars of one
-// fleet may declare different sizes (a rollout that changes it): Redis keeps each declaration
-// (`onRecord`), and every script holds and releases by those, never by the caller's alone. A
-// release says that one of the lapsed stopped, not which: the sizes released stay held for
-// the entries left (KEYS[8]), and after a data loss each sidecar back tells the sizes it saw.
 const CLOCK = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -57,93 +46,7 @@ local function noteLatest (log, at)
   local known = tonumber(redis.call('HGET', KEYS[5], log))
   if known == nil or at > known then redis.call('HSET', KEYS[5], log, at) end
 end
--- Sizes a lapsed entry may stand for besides its own (KEYS[8], a hash: lo, hi): those of the
--- entries released while the lapsed set was not empty. A release says that one of them
--- stopped, not which: the one released may be the one still running, the entry kept the dead
--- one's. Dropped once no entry is lapsed (then none of them can still run unseen).
-local function widen (lo, hi, f)
-  if f ~= nil and f > 0 then
-    if lo == nil or f < lo then lo = f end
-    if f > hi then hi = f end
-  end
-  return lo, hi
-end
-local function heldSizes (lo, hi)
-  -- HGET twice, not HMGET: a Redis user granted what earlier versions ran needs nothing new.
-  lo, hi = widen(lo, hi, tonumber(redis.call('HGET', KEYS[8], 'lo')))
-  return widen(lo, hi, tonumber(redis.call('HGET', KEYS[8], 'hi')))
-end
-local function holdSize (f)
-  local lo, hi = heldSizes(nil, 0)
-  local nlo, nhi = widen(lo, hi, tonumber(f))
-  if nlo ~= lo or nhi ~= hi then redis.call('HSET', KEYS[8], 'lo', nlo, 'hi', nhi) end
-end
--- The declarations on record (KEYS[6]: each present or lapsed member's RATE_LIMIT_FLEET_SIZE,
--- 0: unset), with the caller's and, while any is lapsed, the sizes its entries may stand for:
--- the smallest set one (nil: none), and the largest. A member spends alone at most
--- ⌊N / its own⌋ ≤ ⌊N / the smallest⌋; one with no record (an earlier version's, or unknown
--- after a loss) is held as the smallest. Records of members neither present nor lapsed (left,
--- or released by an earlier version) are dropped when 'prune'.
-local function onRecord (floor, prune, anyLapsed)
-  local lo, hi, counted = nil, floor, {}
-  if floor > 0 then lo = floor end
-  if anyLapsed then lo, hi = heldSizes(lo, hi) end
-  for _, key in ipairs({KEYS[2], KEYS[3]}) do
-    for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do counted[m] = true end
-  end
-  local records = redis.call('HGETALL', KEYS[6])
-  for i = 1, #records, 2 do
-    local f = tonumber(records[i + 1])
-    if not counted[records[i]] then
-      if prune then redis.call('HDEL', KEYS[6], records[i]) end
-    else
-      hi = math.max(hi, f)
-      if f > 0 and (lo == nil or f < lo) then lo = f end
-    end
-  end
-  return lo, hi
-end
--- The smallest declaration among the members released within the window (KEYS[7]: each
--- floor → its latest release, a few fields), or 'lo' if smaller: the share each one's hold is.
-local function releasedFloor (lo, window)
-  local r = redis.call('HGETALL', KEYS[7])
-  for i = 1, #r, 2 do
-    local f = tonumber(r[i])
-    if tonumber(r[i + 1]) > now - window and (lo == nil or f < lo) then lo = f end
-  end
-  return lo
-end
--- Members whose presence expired, with their expiry: lapsed from now on, but for one that
--- declared no size (it never spends alone: nothing to hold for it).
-local function expired ()
-  local gone, out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES'), {}
-  for i = 1, #gone, 2 do
-    if redis.call('HGET', KEYS[6], gone[i]) ~= '0' then
-      out[#out + 1] = gone[i]
-      out[#out + 1] = gone[i + 1]
-    end
-  end
-  return out
-end
--- What a limit holds back for sidecars out of Redis's sight, given 'lapsed' of them that may
--- still run and 'releasing' released this moment (PEEK's view of what presence() would do:
--- their count, and 'releasingAt' when their window starts), each a share by the smallest size
--- of 'lo' and the window's releases; and the ms until the first released one's part ends (0:
--- none is released).
-local function heldBack (count, window, lo, size, present, lapsed, releasing, releasingAt)
-  local absent = 0
-  if size > present then absent = (size - present) * math.floor(count / size) end
-  lo = releasedFloor(lo, window)
-  if lo == nil then return absent, 0 end
-  local share = math.floor(count / lo)
-  local since = '(' .. (now - window)
-  local released = redis.call('ZCOUNT', KEYS[4], since, '+inf')
-  local first = redis.call('ZRANGEBYSCORE', KEYS[4], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local ends = 0
-  if first[2] then ends = tonumber(first[2]) + window - now elseif releasing > 0 then ends = releasingAt + window - now end
-  return math.max(absent, lapsed * share) + (released + releasing) * share, ends
-end
-`
+` + HOLDS
 
 // Shared by the scripts that renew presence: the caller's deadline (a command that waited in
 // a frozen or slow Redis past it does nothing: its sender already gave up on it); the fleet's
@@ -155,35 +58,52 @@ end
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
 local function release (name, floor, at)
-  redis.call('ZADD', KEYS[4], at, name .. '@' .. at)
+  local span = redis.call('HGET', KEYS[9], name)
+  if span then span = '~' .. span else span = '' end
+  redis.call('ZADD', KEYS[4], at, name .. '@' .. at .. span)
   floor = tonumber(floor)
   if floor ~= nil and floor > 0 and (tonumber(redis.call('HGET', KEYS[7], floor)) or 0) < at then redis.call('HSET', KEYS[7], floor, at) end
 end
-local function presence (member, ttl, floor, timeout, newRun)
+local function forget (entry)
+  redis.call('ZREM', KEYS[3], entry)
+  redis.call('HDEL', KEYS[6], entry)
+  redis.call('HDEL', KEYS[9], entry)
+end
+-- A new run's entry (a restart keeping its id: STATE_DIR) ends at once when nothing was
+-- released by the count since it lapsed (then it stands for that run alone): the ledger this
+-- script tells holds every send the earlier runs made alone (fleet-alone.ts sends alone only
+-- what the file holds). Else it may stand for a released one, still cut off: kept, renamed.
+local function endsWithRun (lapsedAt)
+  return redis.call('ZCOUNT', KEYS[4], '(' .. lapsedAt, '+inf') == 0 and now - tonumber(lapsedAt) < ${GHOST_KEEP_MS}
+end
+local function presence (member, ttl, floor, timeout, newRun, span)
   local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
   local gone = expired()
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
+  for _, entry in ipairs(timeEnded()) do forget(entry) end
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
-  -- (shared): forgotten. A new run (a restart keeping its id) cannot vouch for what its lapse
-  -- entry stood for (entries are counted, not named; it may hold a released one's share): the
-  -- entry stays lapsed under a name of its own (id#time), until released as any other. A
-  -- released entry is never taken back: each has a name of its own (id@time).
+  -- (shared): forgotten. A new run: see endsWithRun; a kept entry stays lapsed under a name of
+  -- its own (id#time), until released as any other. A released entry is never taken back:
+  -- each has a name of its own (id@time).
   -- Its score, read as ZADD XX INCR 0 (unchanged; nil when absent): not ZSCORE, which a Redis
   -- user granted what earlier versions ran may not have.
   local lapsedAt = redis.call('ZADD', lapsed, 'XX', 'INCR', 0, member)
   if lapsedAt then
     redis.call('ZREM', lapsed, member)
-    if newRun == 1 then
+    if newRun > 0 and not (newRun == 2 and endsWithRun(lapsedAt)) then
       local entry = member .. '#' .. now
       redis.call('ZADD', lapsed, lapsedAt, entry)
-      local before = redis.call('HGET', KEYS[6], member)
-      if before then redis.call('HSET', KEYS[6], entry, before) end
+      for _, key in ipairs({KEYS[6], KEYS[9]}) do
+        local before = redis.call('HGET', key, member)
+        if before then redis.call('HSET', key, entry, before) end
+      end
     end
   end
   redis.call('ZADD', members, now + ttl, member)
   redis.call('HSET', KEYS[6], member, floor)
+  if span > 0 then redis.call('HSET', KEYS[9], member, span) else redis.call('HDEL', KEYS[9], member) end
   local present = redis.call('ZCARD', members)
   -- Safe to release by the largest: those running are at most the largest size any of them
   -- declared, and each one counted has its on record (or held, KEYS[8]), so at most
@@ -198,6 +118,7 @@ local function presence (member, ttl, floor, timeout, newRun)
       release(gone[i], f, at)
       holdSize(f)
       redis.call('HDEL', KEYS[6], gone[i])
+      redis.call('HDEL', KEYS[9], gone[i])
     end
     redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
   end
@@ -206,10 +127,10 @@ local function presence (member, ttl, floor, timeout, newRun)
 end
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, cooldown,
-// then (log, gate) per limit.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, spans,
+// cooldown, then (log, gate) per limit.
 // ARGV: deadline, member, ttl, floor, epoch expected, send id, then (count, window ms) per
-// limit, then the fleet's Redis timeout (ms).
+// limit, then the fleet's Redis timeout (ms), the member's span (ms; 0: none).
 // Returns {code, ms, fleet size, present, now, smallest and largest size (after presence)}: 0 taken, 1 cooling down, 2 a limit is spent
 // (all have room in ms), 3 late (nothing done), 4 a limit is gated after a data loss,
 // 5 the epoch is not the one expected (Redis lost or changed its data; nothing done).
@@ -218,13 +139,13 @@ end
 export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
-local cd = redis.call('PTTL', KEYS[9])
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]), 0, tonumber(ARGV[#ARGV]))
+local cd = redis.call('PTTL', KEYS[10])
 if cd > 0 then return {1, cd, size, present, now, lo or 0, hi} end
 local wait, gated = 0, 0
 local lapsed = redis.call('ZCARD', KEYS[3])
-for i = 10, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 3]), tonumber(ARGV[i - 2])
+for i = 11, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
   local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
   if g > gated then gated = g end
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
@@ -244,19 +165,20 @@ for i = 10, #KEYS, 2 do
 end
 if gated > 0 then return {4, gated, size, present, now, lo or 0, hi} end
 if wait > 0 then return {2, wait, size, present, now, lo or 0, hi} end
-for i = 10, #KEYS, 2 do
+for i = 11, #KEYS, 2 do
   redis.call('ZADD', KEYS[i], now, ARGV[6])
   noteLatest(KEYS[i], now)
 end
 return {0, 0, size, present, now, lo or 0, hi}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then
-// (log, gate) per limit of every rule.
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, spans,
+// then (log, gate) per limit of every rule.
 // ARGV: deadline, member, ttl, floor, epoch expected ('' if none yet), new epoch id, a new run
-// of this sidecar (1/0: this process's first contact), then per limit: window ms, n, then
+// of this sidecar (this process's first contact: 1, or 2 when the ledger told holds every send
+// its earlier runs made alone; 0: not a new run), then per limit: window ms, n, then
 // n × (send id, age ms), then the smallest and largest size this sidecar last saw (0: none),
-// then the fleet's Redis timeout (ms).
+// then the fleet's Redis timeout (ms), the member's span (ms; 0: none).
 // Tells Redis this sidecar's open sends again (ZADD GT: the same id never counts twice), and
 // registers it present, in one step. If the epoch is missing or another than expected, Redis
 // lost its data: every limit is gated for one window (counts in it cannot be trusted), and
@@ -273,7 +195,7 @@ if not epoch then
   redis.call('SET', KEYS[1], epoch)
   if ARGV[5] ~= '' then
     lost = 1
-    local most = math.max(tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]))
+    local most = math.max(tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 2]))
     for k = 1, most - 1 do redis.call('ZADD', KEYS[3], now, 'unknown:' .. epoch .. ':' .. k) end
     holdSize(ARGV[4])
   end
@@ -281,12 +203,12 @@ elseif ARGV[5] ~= '' and epoch ~= ARGV[5] then
   lost = 1
 end
 if lost == 1 then
+  holdSize(ARGV[#ARGV - 3])
   holdSize(ARGV[#ARGV - 2])
-  holdSize(ARGV[#ARGV - 1])
 end
-local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), tonumber(ARGV[7]))
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[7]), tonumber(ARGV[#ARGV]))
 local a = 8
-for i = 9, #KEYS, 2 do
+for i = 10, #KEYS, 2 do
   local window, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   -- A log lost before it is told again would look whole with this sidecar's sends alone.
@@ -302,22 +224,22 @@ end
 return {0, lost, size, present, now, epoch, lo or 0, hi}
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then the cool-down of each scope. ARGV:
-// deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms). Returns {code, fleet size, present, now, ms left of each cool-down, smallest and largest size}:
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, spans, then the cool-down of each scope. ARGV:
+// deadline, member, ttl, floor, epoch expected, the fleet's Redis timeout (ms), the member's span (ms; 0: none). Returns {code, fleet size, present, now, ms left of each cool-down, smallest and largest size}:
 // 0 present, 3 late, 5 the epoch is not the one expected. Every sidecar so learns each
 // cool-down the fleet holds, and keeps it should Redis go away.
 export const HEARTBEAT = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, now} end
-local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV]), 0)
+local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]), 0, tonumber(ARGV[#ARGV]))
 local out = {0, size, present, now}
-for i = 9, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
+for i = 10, #KEYS do out[#out + 1] = redis.call('PTTL', KEYS[i]) end
 out[#out + 1] = lo or 0
 out[#out + 1] = hi
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, spans, cooldown, then (log, gate) per limit. ARGV: floor, epoch expected, then
 // (count, window ms) per limit, then the presence TTL, the fleet's Redis timeout and heartbeat (ms). Read-only (RateLimit fields, the remaining-budget gauges): per
 // limit, what the fleet may still send now, counted as TAKE counts it (the shares of absent
 // sidecars kept back), and the ms until that grows (a send leaves the window: the oldest while
@@ -328,17 +250,17 @@ if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
 local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
--- As the next presence() would count them: members expired meanwhile are lapsed, the surplus released.
-local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2
+-- As the next presence() would count them: members expired meanwhile are lapsed, those whose time is up dropped, the surplus released.
+local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2 - #timeEnded()
 local lo, hi = onRecord(floor, false, lapsed > 0)
 local releasing = 0
 if hi > 0 then releasing = math.max(0, lapsed - math.max(0, hi - present)) end
 -- Released at the next presence, a heartbeat away at most: the latest start, for the reset.
 local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])) + tonumber(ARGV[#ARGV])
-local cd = redis.call('PTTL', KEYS[9])
+local cd = redis.call('PTTL', KEYS[10])
 local out = {0, now}
-for i = 10, #KEYS, 2 do
-  local count, window = tonumber(ARGV[i - 7]), tonumber(ARGV[i - 6])
+for i = 11, #KEYS, 2 do
+  local count, window = tonumber(ARGV[i - 8]), tonumber(ARGV[i - 7])
   local held, ends = heldBack(count, window, lo, size, present, lapsed - releasing, releasing, releasingAt)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
@@ -360,12 +282,12 @@ end
 return out
 `
 
-// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, then the logs of a rule's limits. ARGV: the
+// KEYS: epoch, members, lapsed, released, tally, floors, released floors, held sizes, spans, then the logs of a rule's limits. ARGV: the
 // send id. A send that never reached the upstream.
 export const REFUND = CLOCK + `
 -- The tally forgets the log's latest (an earlier version's bare ZREM must not look like a loss);
 -- the next take notes it again.
-for i = 9, #KEYS do
+for i = 10, #KEYS do
   if redis.call('ZREM', KEYS[i], ARGV[1]) == 1 then redis.call('HDEL', KEYS[5], KEYS[i]) end
 end
 return 0
@@ -373,7 +295,7 @@ return 0
 
 // KEYS: REFUND's; ARGV: send ids, each leaving now or renewed while it waits (GT: never earlier; re-added if dropped).
 export const LEAVING = CLOCK + `
-for i = 9, #KEYS do
+for i = 10, #KEYS do
   for j = 1, #ARGV do if redis.call('ZADD', KEYS[i], 'GT', 'CH', now, ARGV[j]) == 1 then noteLatest(KEYS[i], now) end end
 end
 `

@@ -11,8 +11,11 @@ export const UPSTREAM_SCOPE = 'upstream'
 
 /** What a take found: the request may go (one point taken from every limit), or why not and for how long. */
 export type Take =
-  /** Taken: `id` names the send (for a refund when nothing reached the upstream). */
-  | { readonly kind: 'ok', readonly id: string }
+  /**
+   * Taken: `id` names the send (for a refund when nothing reached the upstream). `alone`:
+   * decided without Redis, so only this sidecar's ledger holds it.
+   */
+  | { readonly kind: 'ok', readonly id: string, readonly alone?: boolean }
   /** The scope is cooling down for `ms` more; nothing was taken. */
   | { readonly kind: 'cooldown', readonly ms: number }
   /** A limit is spent; all of them have room again in `ms` (a wait may be worth it); nothing was taken. */
@@ -21,8 +24,9 @@ export type Take =
    * The fleet's tally cannot be read (Redis does not answer, or lost its data) and this
    * sidecar's share is spent or not yet safe to use: refused, ask again in `ms`; nothing was taken.
    * `lost`: Redis answers, but its tally lost a window (restarted empty) and is not trusted yet.
+   * `aloneEnded`: cut off for longer than RATE_LIMIT_ALONE_MAX_MS: nothing until Redis answers.
    */
-  | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean }
+  | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean, readonly aloneEnded?: boolean }
 
 /** Why an admitted send must not leave after all, and the ms after which to ask again. */
 export interface Stopped {

@@ -86,3 +86,12 @@ t.test('the cool-down and cache bounds may be equal; the settings are only retur
   t.equal(checkRateLimits(parseEnv(schema, { ...base, RATE_LIMITS: 'GET /x 5/q' }) as RawEnv, true, files({}), own), undefined)
   t.equal(own.length, 1)
 })
+
+t.test('RATE_LIMIT_ALONE_MAX_MS: as set, else the longest window of the rules + an hour', async (t) => {
+  const hour = 3_600_000
+  t.equal(loadConfig({ ...base, RATE_LIMITS: 'GET /c 1/4h 6/1d; * /** 5/1s' }).rateLimits.aloneMaxMs, 24 * hour + hour, 'the longest window is 1d')
+  t.equal(loadConfig({ ...base, RATE_LIMITS: '* /** 5/1s' }).rateLimits.aloneMaxMs, 1_000 + hour)
+  t.equal(loadConfig({ ...base }).rateLimits.aloneMaxMs, hour, 'no rules')
+  t.equal(loadConfig({ ...base, RATE_LIMITS: '* /** 5/1s', RATE_LIMIT_ALONE_MAX_MS: '60000' }).rateLimits.aloneMaxMs, 60_000)
+  t.same(problemsOf({ RATE_LIMIT_ALONE_MAX_MS: '0' }), ['RATE_LIMIT_ALONE_MAX_MS: must be at least 1'])
+})

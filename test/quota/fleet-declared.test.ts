@@ -27,7 +27,7 @@ async function guardOver (t: Test, fleetFloor: number, present: number) {
   const metrics = createMetrics({ defaultMetrics: false, rateLimitRedis: true })
   const { rules } = parseRules('GET /a 6/1s', 'RATE_LIMITS')
   const guard = createQuotaGuard({
-    config: { rules, rulesSource: 'RATE_LIMITS', maxWaitMs: 0, cooldownMs: 1_000, cooldownMaxMs: 60_000, redisUrl: 'redis://x', redisUrlSource: undefined, redisUrlFile: undefined, redisTimeoutMs: TIMEOUT_MS, fleetSize: fleetFloor, headers: true },
+    config: { rules, rulesSource: 'RATE_LIMITS', maxWaitMs: 0, cooldownMs: 1_000, cooldownMaxMs: 60_000, redisUrl: 'redis://x', redisUrlSource: undefined, redisUrlFile: undefined, redisTimeoutMs: TIMEOUT_MS, fleetSize: fleetFloor, aloneMaxMs: 3_600_000, headers: true },
     clock: c.clock,
     log: logs.log,
     metrics,

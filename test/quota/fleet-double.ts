@@ -95,7 +95,7 @@ export const TIMEOUT_MS = 100
 export const TIMING: FleetTiming = { heartbeatMs: 200, presenceTtlMs: 600, freshGraceMs: 0 }
 
 /** A fleet store over the scripted Redis on a fake clock, started; `before` scripts Redis before the start. */
-export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, timing = {}, before = (_s: Script) => {}, ledger, memberId }: { fleetFloor?: number, timing?: Partial<FleetTiming>, before?: (s: Script) => void, ledger?: Ledger, memberId?: string } = {}) {
+export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, timing = {}, before = (_s: Script) => {}, ledger, memberId, aloneMaxMs }: { fleetFloor?: number, timing?: Partial<FleetTiming>, before?: (s: Script) => void, ledger?: Ledger, memberId?: string, aloneMaxMs?: number } = {}) {
   const c = fakeClock()
   const double = scriptedRedis()
   before(double.script)
@@ -116,7 +116,8 @@ export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, t
     timing: { ...TIMING, ...timing },
     onCooldown: (scope) => { cooled.push(scope) },
     ...(ledger === undefined ? {} : { ledger }),
-    ...(memberId === undefined ? {} : { memberId })
+    ...(memberId === undefined ? {} : { memberId }),
+    ...(aloneMaxMs === undefined ? {} : { aloneMaxMs })
   })
   await store.start()
   t.teardown(() => store.close())

@@ -34,15 +34,18 @@ export interface SizedFleet {
   floors: () => Promise<Record<string, string>>
 }
 
-/** `newRun`: each join is a process's first (reassert's newRun), as a restart's would be. */
-export async function sizedFleet (t: Test, prefix: string, { timeoutMs = 2_000, ttlMs = 60_000, newRun = false, scope = 'GET /r' } = {}): Promise<SizedFleet> {
+/**
+ * `newRun`: each join is a process's first (reassert's newRun), as a restart's would be.
+ * `aloneSpanMs`: each member's (RATE_LIMIT_ALONE_MAX_MS + its longest window; 0: none, as an earlier version's).
+ */
+export async function sizedFleet (t: Test, prefix: string, { timeoutMs = 2_000, ttlMs = 60_000, newRun = false, scope = 'GET /r', aloneSpanMs = 0 } = {}): Promise<SizedFleet> {
   const { store, admin } = await fleetRedis(t, prefix, timeoutMs)
   let epoch = ''
   let sends = 0
   return {
     store,
     admin,
-    member: (id, floor, memberTtlMs = ttlMs) => ({ id, presenceTtlMs: memberTtlMs, fleetFloor: floor, epoch }),
+    member: (id, floor, memberTtlMs = ttlMs) => ({ id, presenceTtlMs: memberTtlMs, fleetFloor: floor, epoch, aloneSpanMs }),
     join: async (...members) => {
       let present = 0
       for (const m of members) {

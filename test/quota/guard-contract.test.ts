@@ -31,6 +31,7 @@ function config (rules: string, options: Partial<RateLimitConfig> = {}): RateLim
     redisUrlFile: undefined,
     redisTimeoutMs: 500,
     fleetSize: 0,
+    aloneMaxMs: 3_600_000,
     headers: true,
     ...options
   }
@@ -279,6 +280,7 @@ t.test('what a local 429 tells the caller, by reason', async (t) => {
   t.match(says({ ok: false, reason: 'budget', retryAfterMs: 1_000, scope: 'GET /a' }), /^the budget of rule GET \/a is spent; retry after 1 s$/)
   t.match(says({ ok: false, reason: 'degraded', retryAfterMs: 1_000, scope: 'GET /a' }), /^the fleet's budget of rule GET \/a cannot be checked .*this sidecar's share is spent/)
   t.match(says({ ok: false, reason: 'degraded', retryAfterMs: 1_000, scope: 'GET /a', lost: true }), /^the fleet's tally of rule GET \/a cannot be trusted yet/)
+  t.match(says({ ok: false, reason: 'degraded', retryAfterMs: 1_000, scope: 'GET /a', aloneEnded: true }), /^the fleet's budget of rule GET \/a cannot be checked: this sidecar has been cut off .* longer than RATE_LIMIT_ALONE_MAX_MS .*retry after 1 s$/)
   t.match(says({ ok: false, reason: 'budget', retryAfterMs: 1_000, scope: 'GET /a', lost: true }), /^the budget of rule GET \/a is spent/, 'lost speaks only of the fleet\'s tally')
   t.equal(guard.describe({ ok: false, reason: 'budget', retryAfterMs: 2_001, scope: 'GET /a' }).retryAfterSeconds, 3)
 })
@@ -311,6 +313,8 @@ t.test('over the fleet\'s store: backend, degraded and the readiness note follow
   set({ problem: 'WRONGPASS', declared: 0 })
   t.equal(guard.readinessNote(), 'rate limits not shared: redis redis://redis.test:6379 WRONGPASS; budgeted requests are refused until it answers (RATE_LIMIT_FLEET_SIZE is not set)')
   t.match(guard.status(), { redis: { problem: 'WRONGPASS' } })
+  set({ problem: undefined, declared: 3, aloneEnded: true })
+  t.equal(guard.readinessNote(), 'rate limits not shared: redis redis://redis.test:6379 unreachable or too slow; cut off for longer than RATE_LIMIT_ALONE_MAX_MS, budgeted requests are refused until it answers')
 })
 
 t.test('over the fleet\'s store: its refusals and admissions reach the caller as they are', async (t) => {

@@ -152,6 +152,7 @@ t.test('configuration: defaults, and the Redis URL checked without ever repeatin
     redisUrlFile: undefined,
     redisTimeoutMs: 200,
     fleetSize: 0,
+    aloneMaxMs: 3_600_000,
     headers: true
   })
   const secret = 'Sup3rRedisPass'

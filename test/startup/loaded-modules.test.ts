@@ -19,7 +19,7 @@ const OPTIONAL_PARTS: ReadonlyArray<readonly [string, RegExp]> = [
   ['another command: healthcheck', /\/dist\/cli\/healthcheck\.js$/],
   ['pretty logs (LOG_FORMAT=pretty, or a terminal)', /\/node_modules\/pino-pretty\//],
   ['the read cache (a rule with cache=)', /\/dist\/cache\/(read-cache|redis-cache|entries|flights)\.js$|\/node_modules\/lru-cache\//],
-  ['Redis (RATE_LIMIT_REDIS_URL)', /\/dist\/redis\/|\/dist\/quota\/(redis-backend|redis-scripts|fleet-store|fleet-view|fleet-alone|fleet-conversation)\.js$|\/node_modules\/ioredis\//],
+  ['Redis (RATE_LIMIT_REDIS_URL)', /\/dist\/redis\/|\/dist\/quota\/(redis-backend|redis-scripts|redis-script-holds|fleet-store|fleet-view|fleet-alone|fleet-conversation)\.js$|\/node_modules\/ioredis\//],
   ['tracing, and prom-client\'s default collectors before the first scrape', /\/dist\/tracing\/|\/node_modules\/@opentelemetry\//],
   ['Node\'s own copy of undici (src/cli/undici-globals.ts)', /^node:internal\/deps\/undici\//],
   ['prom-client\'s parts the sidecar does not use', /\/node_modules\/prom-client\/(index|lib\/(pushgateway|cluster|summary|defaultMetrics))\.js$/]

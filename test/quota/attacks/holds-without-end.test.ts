@@ -1,47 +1,144 @@
-// Known open (an outside review of the held sizes): a lapsed entry is never released by time,
-// so a pod that died without leaving is held against the fleet until enough sidecars run that
-// the count releases it, which after a size-lowering rollout may be never. Sound (a lapsed
-// sidecar may be alive and cut off, spending alone for as long as it is), but an outage of part
-// of a budget with no end; the way out is a bound on how long a cut-off sidecar spends alone,
-// after which every hold can end (docs/quota-guard.md). Each is a todo until then.
+// Holds without end (an outside review of the held sizes): a lapsed entry was never released by
+// time, so a pod that died without leaving was held against the fleet until enough sidecars ran
+// that the count released it, which after a size-lowering rollout may be never; a crash loop
+// held a share per restart. Now a sidecar spends alone for at most RATE_LIMIT_ALONE_MAX_MS, so
+// an entry ends once that bound + its longest window (its span) has passed since its presence;
+// and a restart whose ledger holds every send of its earlier runs ends its own entry
+// (docs/quota-guard.md, "Restarts and replacements"). Each beside a control that keeps the hold.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { limit, fleet, lapse, W } from './rollout-fleet.js'
+import type { Member } from '../../../src/quota/redis-backend.js'
+import { limit, fleet, lapse, outlastHolds, PREFIX, W, type F } from './rollout-fleet.js'
 
 t.setTimeout(120_000)
-const TODO = { todo: 'known open: holds without end (docs/quota-guard.md)' }
+/** RATE_LIMIT_ALONE_MAX_MS + the longest window, shortened. */
+const SPAN_MS = 1_000 + W
+
+const redisNow = async (f: F): Promise<number> => {
+  const [s, us] = await f.admin.time()
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000)
+}
+/** Each lapsed entry's score: when its presence ended, in Redis's time. */
+const lapsedAt = async (f: F): Promise<Map<string, number>> => {
+  const flat = await f.admin.zrange(`${PREFIX}lapsed`, '0', '-1', 'WITHSCORES')
+  const out = new Map<string, number>()
+  for (let i = 0; i < flat.length; i += 2) out.set(flat[i] as string, Number(flat[i + 1]))
+  return out
+}
+/** Beats `present` until no entry is lapsed (at most `ms`); Redis's time when it was seen so. */
+async function beatUntilNoneLapsed (f: F, present: Member[], ms: number): Promise<number | undefined> {
+  const until = Date.now() + ms
+  while (Date.now() < until) {
+    await f.beat(...present)
+    if ((await f.lapsed()).length === 0) return await redisNow(f)
+    await sleep(50)
+  }
+  return undefined
+}
 
 t.test('a rollout 4 → 3 in which a pod of each size died: the whole budget once every hold has ended', async (t) => {
-  const f = await fleet(t)
-  const b = f.member('b', 3)
-  const c = f.member('c', 3)
+  for (const [name, span] of [['with a bound on spending alone', SPAN_MS], ['control: no bound recorded (an earlier version): held', 0]] as const) {
+    await t.test(name, async (t) => {
+      const f = await fleet(t, span)
+      const b = f.member('b', 3)
+      const c = f.member('c', 3)
+      await f.join(b, c)
+      await lapse(f, f.member('x', 4))
+      await lapse(f, f.member('y', 3))
+      const d = f.member('d', 3)
+      await f.join(d)
+      // x released by the count (three present of 4), y left: it may stand for x.
+      t.same(await f.lapsed(), ['y'])
+      const ended = await beatUntilNoneLapsed(f, [b, c, d], SPAN_MS + 2_000)
+      const N = 12
+      if (span === 0) {
+        t.equal(ended, undefined, 'y stays lapsed: nothing bounds how long it spends alone')
+        t.equal(await f.admitted(b, [limit(N, W)], N), N - Math.floor(N / 3), 'its share held')
+        return
+      }
+      t.not(ended, undefined, 'y\'s entry ended by time')
+      await outlastHolds(f, [b, c, d], W)
+      t.equal(await f.admitted(b, [limit(N, W)], N), N, 'three present, all declaring 3, nothing sent')
+      t.same(await f.admin.hgetall(`${PREFIX}held-sizes`), {}, 'the held sizes ended with the last lapse')
+    })
+  }
+})
+
+t.test('a held share is released once the span has passed since the presence ended, not before', async (t) => {
+  // Two present of 2, x declaring 3: the count cannot release it (3 may run), time must.
+  const f = await fleet(t, SPAN_MS)
+  const b = f.member('b', 2)
+  const c = f.member('c', 2)
   await f.join(b, c)
-  await lapse(f, f.member('x', 4))
-  await lapse(f, f.member('y', 3))
-  const d = f.member('d', 3)
-  await f.join(d)
-  const until = Date.now() + 10 * W + 3_000
-  while (Date.now() < until) { await f.beat(b, c, d); await sleep(100) }
-  t.comment(`lapsed ${JSON.stringify(await f.lapsed())}`)
-  const N = 12
-  t.equal(await f.admitted(b, [limit(N, W)], N), N, 'three present, all declaring 3, nothing sent', TODO)
+  await lapse(f, f.member('x', 3))
+  await f.beat(b, c)
+  const at = (await lapsedAt(f)).get('x')
+  if (at === undefined) throw new Error('x is not lapsed')
+  t.ok(await redisNow(f) < at + SPAN_MS, 'within the span')
+  t.equal(await f.admitted(b, [limit(4, W)], 4), 2, 'x\'s share held: it may be cut off, spending alone')
+  const ended = await beatUntilNoneLapsed(f, [b, c], SPAN_MS + 2_000)
+  if (ended === undefined) throw new Error('x\'s entry never ended')
+  t.ok(ended >= at + SPAN_MS, `ended ${ended - at} ms after its presence, at least the span (${SPAN_MS} ms)`)
+  t.same(await f.admin.hgetall(`${PREFIX}alone-spans`), { b: String(SPAN_MS), c: String(SPAN_MS) }, 'x\'s span forgotten with it')
+  // b's own sends leave the window; then the whole limit.
+  await sleep(W + 50)
+  t.equal(await f.admitted(b, [limit(4, W)], 4), 4, 'nothing held')
 })
 
 t.test('a crash loop: restarts that lapsed for 80 ms each hold no share', async (t) => {
-  const f = await fleet(t)
-  const b = f.member('b', 3)
-  const c = f.member('c', 3)
-  await f.join(b, c)
-  const y = f.member('y', 3)
-  for (let i = 0; i < 4; i++) {
-    await lapse(f, y)
-    await f.beat(b)
+  const loop = async (f: F, y: Member): Promise<number> => {
+    const b = f.member('b', 3)
+    const c = f.member('c', 3)
+    await f.join(b, c)
+    for (let i = 0; i < 4; i++) {
+      await lapse(f, y)
+      await f.beat(b)
+    }
+    y.presenceTtlMs = 1_000
+    await f.join(y)
+    // Past the releases' start (TTL + timeout), all three kept present (a bare sleep would let
+    // them lapse: one present of 3 holds two absent shares); the window is far longer than any lapse.
+    const until = Date.now() + 2_500
+    while (Date.now() < until) { await f.beat(b, c, y); await sleep(100) }
+    return await f.admitted(b, [limit(6, 60_000)], 6)
   }
-  y.presenceTtlMs = 1_000
-  await f.join(y)
-  await f.beat(b, c, y)
-  // Past the releases' start (TTL + timeout); the window is far longer than any lapse.
-  await sleep(2_500)
-  const N = 6
-  t.equal(await f.admitted(b, [limit(N, 60_000)], N), N, 'no lapse lasted a window: nothing to hold', TODO)
+  await t.test('its ledger holds every send of its earlier runs: each entry ends with the next run', async (t) => {
+    const f = await fleet(t, 60_000 + SPAN_MS)
+    const y = { ...f.member('y', 3), vouches: true }
+    t.equal(await loop(f, y), 6, 'no lapse stood for anything its ledger did not tell')
+    t.same(await f.lapsed(), [])
+  })
+  await t.test('control: a ledger not whole (a rule gone, a file unreadable) keeps each entry, released by the count', async (t) => {
+    const f = await fleet(t, 60_000 + SPAN_MS)
+    const y = f.member('y', 3)
+    t.ok(await loop(f, y) < 6, 'a share held per restart for a window')
+  })
+})
+
+t.test('a restart vouching for its ledger keeps its entry when the count released one while it was lapsed (it may stand for that one)', async (t) => {
+  const f = await fleet(t, 60_000 + SPAN_MS)
+  const b = f.member('b', 3)
+  await f.join(b)
+  await lapse(f, f.member('x', 3))
+  await lapse(f, f.member('y', 3))
+  await f.beat(b)
+  t.same(await f.lapsed(), ['x', 'y'], 'one present of 3: both may run')
+  await f.join(f.member('c', 3))
+  t.same(await f.lapsed(), ['y'], 'two present: x released by the count, perhaps the one still cut off')
+  await f.join({ ...f.member('y', 3), vouches: true })
+  // Kept under a name of its own, then released by the count (three present): held one more window.
+  t.match(await f.admin.zrange(`${PREFIX}released`, '0', '-1'), [/^x@\d+~\d+$/, /^y#\d+@\d+~\d+$/], 'the ledger vouches for y, not for x')
+})
+
+t.test('an entry that may stand for one released without a span (an earlier version\'s release) ends only by the count', async (t) => {
+  const f = await fleet(t, SPAN_MS)
+  const b = f.member('b', 2)
+  const c = f.member('c', 2)
+  await f.join(b, c)
+  await lapse(f, f.member('x', 3))
+  await f.beat(b, c)
+  // Released as an earlier version names it (id@time, no span), after x lapsed.
+  const now = await redisNow(f)
+  await f.admin.zadd(`${PREFIX}released`, now + 2_000, `old@${now + 2_000}`)
+  t.equal(await beatUntilNoneLapsed(f, [b, c], SPAN_MS + 1_000), undefined, 'x stays lapsed past its own span')
 })

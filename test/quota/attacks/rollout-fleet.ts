@@ -14,7 +14,8 @@ export type F = SizedFleet
 // The fleet's Redis timeout: a release's hold starts up to TTL + timeout after it (releaseAt).
 const TIMEOUT_MS = 1_000
 const TTL_MS = 1_000
-export const fleet = async (t: Test): Promise<F> => await sizedFleet(t, PREFIX, { timeoutMs: TIMEOUT_MS, ttlMs: TTL_MS, newRun: true, scope: SCOPE })
+/** `aloneSpanMs`: each member's RATE_LIMIT_ALONE_MAX_MS + longest window (0: none, as an earlier version's). */
+export const fleet = async (t: Test, aloneSpanMs = 0): Promise<F> => await sizedFleet(t, PREFIX, { timeoutMs: TIMEOUT_MS, ttlMs: TTL_MS, newRun: true, scope: SCOPE, aloneSpanMs })
 
 /** `m` present, then gone from Redis's sight without leaving (cut off: alive; or killed: dead). */
 export async function lapse (f: F, m: Member): Promise<void> {
