@@ -45,7 +45,7 @@ t.test('rateLimits left empty: no ConfigMap, env, volume or annotation (the embe
 
 t.test('rules and Redis: the ConfigMap, its read-only mount, the env, the Redis Secret file', async (t) => {
   const objects = await render([...example, ...quota, '--set', 'rateLimits.maxWaitMs=0', '--set', 'rateLimits.cooldownMs=2000',
-    '--set', 'rateLimits.cooldownMaxMs=3600000', '--set', 'rateLimits.redis.timeoutMs=250'])
+    '--set', 'rateLimits.cooldownMaxMs=3600000', '--set', 'rateLimits.redis.timeoutMs=250', '--set', 'rateLimits.redis.aloneMaxMs=7200000'])
   const map = one(objects, 'ConfigMap', 'demo-store-auth-proxy-rate-limits')
   const file = String((map.data as JsonObject).rules)
   const lines = file.split('\n').filter((l) => l !== '' && !l.startsWith('#'))
@@ -70,7 +70,8 @@ t.test('rules and Redis: the ConfigMap, its read-only mount, the env, the Redis 
     // replicaCount 1 plus the rolling update's surge.
     RATE_LIMIT_FLEET_SIZE: '2',
     RATE_LIMIT_REDIS_URL_FILE: '/var/run/secrets/store-auth-proxy-redis/url',
-    RATE_LIMIT_REDIS_TIMEOUT_MS: '250'
+    RATE_LIMIT_REDIS_TIMEOUT_MS: '250',
+    RATE_LIMIT_ALONE_MAX_MS: '7200000'
   }, 'the RATE_LIMIT* env')
   t.notOk('RATE_LIMITS' in envOf(container) || 'RATE_LIMIT_REDIS_URL' in envOf(container), 'rules and URL only as files')
 
@@ -184,6 +185,7 @@ t.test('values.schema.json refuses what the sidecar would refuse at start, namin
     ['a cool-down as a string', ['--set-string', 'rateLimits.cooldownMs=1000'], /rateLimits\.cooldownMs/],
     ['a cap above one day', ['--set', 'rateLimits.cooldownMaxMs=86400001'], /rateLimits\.cooldownMaxMs/],
     ['a Redis timeout of 0', ['--set', 'rateLimits.redis.timeoutMs=0'], /rateLimits\.redis\.timeoutMs/],
+    ['a bound on spending alone above one day', ['--set', 'rateLimits.redis.aloneMaxMs=86400001'], /rateLimits\.redis\.aloneMaxMs/],
     ['a Secret key with a slash', ['--set', 'rateLimits.redis.key=a/b'], /rateLimits\.redis\.key/],
     ['a relative mount path', ['--set', 'rateLimits.mountPath=quota'], /rateLimits\.mountPath/],
     ['the Redis URL itself in values', ['--set', 'rateLimits.redis.url=redis://x:6379'], /url/]

@@ -581,6 +581,10 @@ rateLimits left empty the sidecar runs its embedded defaults and the render is u
 - name: RATE_LIMIT_REDIS_TIMEOUT_MS
   value: {{ .Values.rateLimits.redis.timeoutMs | int64 | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .Values.rateLimits.redis.aloneMaxMs) }}
+- name: RATE_LIMIT_ALONE_MAX_MS
+  value: {{ .Values.rateLimits.redis.aloneMaxMs | int64 | quote }}
+{{- end }}
 {{- if not (kindIs "invalid" .Values.rateLimits.cache.maxBytes) }}
 - name: CACHE_MAX_BYTES
   value: {{ .Values.rateLimits.cache.maxBytes | int64 | quote }}
