@@ -17,9 +17,17 @@
 // A lapse also ends by time: a sidecar spends alone for at most RATE_LIMIT_ALONE_MAX_MS after
 // the send of its last script Redis ran (fleet-alone.ts), so once its presence's end + that
 // bound + its longest window (its span, KEYS[9]) has passed, its sends alone are outside every
-// window: the entry is dropped (`timeEnded`). An entry may stand for one released by the count
-// since it lapsed (above): that one's span holds it too; one released with none (an earlier
-// version's, or unknown after a loss: they spend alone without end) keeps it to the count.
+// window: the entry is dropped (`timeEnded`). An entry may stand for any released by the count
+// with a hold starting after its lapse, and so for all those that one stood for: its span is
+// widened to theirs (`widths`); one released with none (an earlier version's, or unknown after
+// a loss: they spend alone without end) keeps it to the count.
+
+// How long a released sidecar's entry is kept (ms), longer than any window: see `presence`.
+export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
+// How far back in Redis's time each scan of the releases starts again before the last one
+// (`widths`): a release made after a step of Redis's clock back by less is still seen.
+const CLOCK_STEP_MS = 60_000
+
 export const HOLDS = `
 -- Sizes a lapsed entry may stand for besides its own (KEYS[8], a hash: lo, hi): those of the
 -- entries released while the lapsed set was not empty. A release says that one of them
@@ -32,21 +40,52 @@ local function widen (lo, hi, f)
   end
   return lo, hi
 end
--- Lapsed entries whose sends alone are all out of every window by now (see the top): each
--- one's span, or the longest of those released by the count since it lapsed (their score, when
--- their hold starts, is after the release), each told in the released name (id@time~span); a
--- name without (an earlier version's release, or of an entry with no span) keeps it lapsed.
-local function timeEnded ()
+-- A member's span (KEYS[9]) is stored with the presence expiry it was written with
+-- ('span:expiry'), and honoured only when that is the entry's lapse: an earlier version renewing
+-- the same id (a rollback keeping STATE_DIR) leaves it unchanged, stale.
+local SCANNED = ' scanned'
+local function spanOf (entry, at)
+  local span, expiry = string.match(redis.call('HGET', KEYS[9], entry) or '', '^(%d+):(%d+)$')
+  if span ~= nil and tonumber(expiry) == tonumber(at) then return tonumber(span) end
+  return nil
+end
+-- Each lapsed entry's widest span among the releases scored after its lapse (false: one has
+-- none, told in the name: id@time~span), of those scored from the last scan on (SCANNED) and
+-- from the first lapse, in one pass. A release scores after its making, so each pair of an
+-- entry and a release it may stand for is seen while the entry is lapsed: the scan that first
+-- sees an entry lapsed starts before its presence ended. 'apply' stores the spans widened
+-- (dropped by false) and this scan's start.
+local function widths (apply)
+  local from = tonumber(redis.call('HGET', KEYS[9], SCANNED))
+  if apply then redis.call('HSET', KEYS[9], SCANNED, now) end
+  local l, out = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'), {}
+  if #l == 0 then return out end
+  if from == nil or from > now then from = l[2] else from = math.max(from - ${CLOCK_STEP_MS}, tonumber(l[2])) end
+  local r = redis.call('ZRANGEBYSCORE', KEYS[4], from, '+inf', 'WITHSCORES')
+  local j, widest = #r, 0
+  for i = #l - 1, 1, -2 do
+    while widest and j > 0 and tonumber(r[j]) >= tonumber(l[i + 1]) do
+      local told = tonumber(string.match(r[j - 1], '~(%d+)$'))
+      if told == nil then widest = false elseif told > widest then widest = told end
+      j = j - 2
+    end
+    out[l[i]] = widest
+    local span = spanOf(l[i], l[i + 1])
+    if apply and span ~= nil and not widest then redis.call('HDEL', KEYS[9], l[i]) end
+    if apply and span ~= nil and widest and widest > span then redis.call('HSET', KEYS[9], l[i], widest .. ':' .. l[i + 1]) end
+  end
+  return out
+end
+-- Lapsed entries whose sends alone are all out of every window by now (see the top), 'by' the
+-- widths not yet stored. One lapsed longer than GHOST_KEEP_MS ends only by the count: the
+-- releases it may stand for may be pruned unseen.
+local function timeEnded (by)
   local out = {}
   local l = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES')
   for i = 1, #l, 2 do
-    local span = tonumber(redis.call('HGET', KEYS[9], l[i]))
-    for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. l[i + 1], '+inf')) do
-      if span == nil then break end
-      local told = tonumber(string.match(r, '~(%d+)$'))
-      if told == nil then span = nil elseif told > span then span = told end
-    end
-    if span ~= nil and span > 0 and tonumber(l[i + 1]) + span <= now then out[#out + 1] = l[i] end
+    local at, span, wider = tonumber(l[i + 1]), spanOf(l[i], l[i + 1]), by[l[i]]
+    if wider == false then span = nil elseif span ~= nil and wider ~= nil and wider > span then span = wider end
+    if span ~= nil and at + span <= now and now - at < ${GHOST_KEEP_MS} then out[#out + 1] = l[i] end
   end
   return out
 end
@@ -76,7 +115,7 @@ local function onRecord (floor, prune, anyLapsed)
   if prune then
     local spans = redis.call('HGETALL', KEYS[9])
     for i = 1, #spans, 2 do
-      if not counted[spans[i]] then redis.call('HDEL', KEYS[9], spans[i]) end
+      if not counted[spans[i]] and spans[i] ~= SCANNED then redis.call('HDEL', KEYS[9], spans[i]) end
     end
   end
   local records = redis.call('HGETALL', KEYS[6])

@@ -3,10 +3,9 @@
 // holds across the fleet whatever the sidecars' clocks say. Every script is atomic: a take
 // adds its send id to every limit of the rule, or to none. Who is held back, and until when:
 // redis-script-holds.ts.
-import { HOLDS } from './redis-script-holds.js'
+import { GHOST_KEEP_MS, HOLDS } from './redis-script-holds.js'
 
-// How long a released sidecar's entry is kept (ms), longer than any window: see `presence`.
-export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
+export { GHOST_KEEP_MS }
 
 // The fleet's tally (the logs, the gates, presence, the latest sends) carries no TTL: a
 // volatile-* maxmemory-policy (the managed offerings' default) evicts only keys with one, such
@@ -57,8 +56,7 @@ end
 // (longer than any window), its declaration noted for the holds (KEYS[7], by floor).
 const PRELUDE = CLOCK + `
 local function late (deadline) return deadline >= 0 and now > deadline end
-local function release (name, floor, at)
-  local span = redis.call('HGET', KEYS[9], name)
+local function release (name, floor, at, span)
   if span then span = '~' .. span else span = '' end
   redis.call('ZADD', KEYS[4], at, name .. '@' .. at .. span)
   floor = tonumber(floor)
@@ -82,7 +80,7 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
-  for _, entry in ipairs(timeEnded()) do forget(entry) end
+  for _, entry in ipairs(timeEnded(widths(true))) do forget(entry) end
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
   -- (shared): forgotten. A new run: see endsWithRun; a kept entry stays lapsed under a name of
   -- its own (id#time), until released as any other. A released entry is never taken back:
@@ -103,7 +101,7 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   end
   redis.call('ZADD', members, now + ttl, member)
   redis.call('HSET', KEYS[6], member, floor)
-  if span > 0 then redis.call('HSET', KEYS[9], member, span) else redis.call('HDEL', KEYS[9], member) end
+  if span > 0 then redis.call('HSET', KEYS[9], member, span .. ':' .. (now + ttl)) else redis.call('HDEL', KEYS[9], member) end
   local present = redis.call('ZCARD', members)
   -- Safe to release by the largest: those running are at most the largest size any of them
   -- declared, and each one counted has its on record (or held, KEYS[8]), so at most
@@ -112,10 +110,10 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   local stopped = redis.call('ZCARD', lapsed) - math.max(0, hi - present)
   if hi > 0 and stopped > 0 then
     local at = releaseAt(ttl, timeout)
-    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1)
-    for i = 1, #gone do
+    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1, 'WITHSCORES')
+    for i = 1, #gone, 2 do
       local f = redis.call('HGET', KEYS[6], gone[i])
-      release(gone[i], f, at)
+      release(gone[i], f, at, spanOf(gone[i], gone[i + 1]))
       holdSize(f)
       redis.call('HDEL', KEYS[6], gone[i])
       redis.call('HDEL', KEYS[9], gone[i])
@@ -251,7 +249,7 @@ local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
 -- As the next presence() would count them: members expired meanwhile are lapsed, those whose time is up dropped, the surplus released.
-local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2 - #timeEnded()
+local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2 - #timeEnded(widths(false))
 local lo, hi = onRecord(floor, false, lapsed > 0)
 local releasing = 0
 if hi > 0 then releasing = math.max(0, lapsed - math.max(0, hi - present)) end
