@@ -38,7 +38,7 @@ export interface Fleet {
   restartSidecar: (i: number) => Promise<void>
 }
 
-export async function startFleet (scope: RunScope, size: number, env: Record<string, string>): Promise<Fleet> {
+export async function startFleet (scope: RunScope, size: number, env: Record<string, string>, envOf: (i: number) => Record<string, string> = () => ({})): Promise<Fleet> {
   // build() and the other helpers use nothing of tap's Test but teardown(): the run's
   // scope stands in for it, so each run's fleet is gone before the next run starts.
   const t = scope as unknown as Test
@@ -49,7 +49,7 @@ export async function startFleet (scope: RunScope, size: number, env: Record<str
   // Not in AppDependencies until the implementation has it: passed as a variable, so
   // TypeScript lets the extra property through and today's code ignores it.
   const deps: Partial<AppDependencies> & { quotaTiming: typeof QUOTA_TIMING } = { quotaTiming: QUOTA_TIMING }
-  const sidecarEnv = (proxy: FaultProxy): Record<string, string> => ({
+  const sidecarEnv = (proxy: FaultProxy, i: number): Record<string, string> => ({
     AUTH_URL: standIn.url,
     UPSTREAM_URL: `http://127.0.0.1:${upstreamProxy.port}`,
     RATE_LIMIT_REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
@@ -57,12 +57,13 @@ export async function startFleet (scope: RunScope, size: number, env: Record<str
     RATE_LIMIT_MAX_WAIT_MS: '0',
     RATE_LIMIT_REDIS_TIMEOUT_MS: String(REDIS_TIMEOUT_MS),
     RATE_LIMIT_COOLDOWN_MS: '0',
-    ...env
+    ...env,
+    ...envOf(i)
   })
   const sidecars: FleetSidecar[] = []
   for (let i = 0; i < size; i++) {
     const redisProxy = await startFaultProxy(scope, redis.port)
-    sidecars.push({ built: await build(t, sidecarEnv(redisProxy), deps), redisProxy, generation: 0 })
+    sidecars.push({ built: await build(t, sidecarEnv(redisProxy, i), deps), redisProxy, generation: 0 })
   }
   return {
     redis,
@@ -73,7 +74,7 @@ export async function startFleet (scope: RunScope, size: number, env: Record<str
       const old = sidecars[i]
       if (old === undefined) return
       await old.built.app.close()
-      sidecars[i] = { built: await build(t, sidecarEnv(old.redisProxy), deps), redisProxy: old.redisProxy, generation: old.generation + 1 }
+      sidecars[i] = { built: await build(t, sidecarEnv(old.redisProxy, i), deps), redisProxy: old.redisProxy, generation: old.generation + 1 }
     }
   }
 }

@@ -10,6 +10,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import { commitSeed } from '../../helpers/seed.js'
+import { checkOptions } from './check-options.js'
 import { runSchedule, type RunReport } from './run.js'
 import { FAULT_KINDS, MODEL_FLEET, scheduleArb, scheduleSource, type Command, type FaultKind } from './schedule.js'
 
@@ -77,13 +78,7 @@ for (const [g, featured] of GROUPS.entries()) {
       if (report.violation !== undefined) lastFailing = report
       if (report.violation !== undefined) throw new Error(`${report.violation.check}: ${report.violation.message}`)
     })
-    const details = await fc.check(property, {
-      seed,
-      numRuns: RUNS_PER_GROUP,
-      endOnFailure: false,
-      ...(process.env.QUOTA_MODEL_PATH === undefined ? {} : { path: process.env.QUOTA_MODEL_PATH }),
-      plugins: [fc.interruptAfterTimeLimit(GROUP_TIME_LIMIT_MS)]
-    })
+    const details = await fc.check(property, checkOptions(seed, RUNS_PER_GROUP, GROUP_TIME_LIMIT_MS))
     const replay = `QUOTA_MODEL_SEED=${SEED} QUOTA_MODEL_GROUP=${g} QUOTA_MODEL_PATH='${details.counterexamplePath ?? ''}' npx tap test/quota/model/model.test.ts`
     if (details.failed && details.counterexample !== null) {
       failures += 1

@@ -30,6 +30,13 @@ export interface FleetConfig {
   rules: RuleModel[]
   /** Extra environment (RATE_LIMIT_COOLDOWN_MS, for one). */
   env?: Record<string, string>
+  /** Sidecar `i`'s own environment besides (a size or a bound of its own), kept by its restarts. */
+  sidecarEnv?: (i: number) => Record<string, string>
+  /**
+   * false: G2 is not judged (sidecars declaring a size above the fleet's hold the absent
+   * shares by design, so the model's room is not theirs); G1, G3 and the rest still are.
+   */
+  judgeLiveness?: boolean
 }
 
 export const rateLimitsOf = (rules: RuleModel[]): string =>
