@@ -62,6 +62,7 @@ local function widths (apply)
   if #l == 0 then return out end
   if from == nil or from > now then from = l[2] else from = math.max(from - ${CLOCK_STEP_MS}, tonumber(l[2])) end
   local r = redis.call('ZRANGEBYSCORE', KEYS[4], from, '+inf', 'WITHSCORES')
+  if #r == 0 then return out end
   local j, widest = #r, 0
   for i = #l - 1, 1, -2 do
     while widest and j > 0 and tonumber(r[j]) >= tonumber(l[i + 1]) do
