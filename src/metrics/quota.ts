@@ -7,7 +7,7 @@ export function rateLimitMetrics (registry: Registry, rateLimitRedis: boolean) {
   // answers, cool-downs, and where budgets live.
   const rateLimited = new Counter({
     name: `${METRIC_PREFIX}rate_limited_total`,
-    help: 'Requests the quota guard refused (local 429) or delayed, by rule (upstream for none), reason (budget, cooldown, degraded: Redis cannot be asked and this sidecar\'s share is spent) and action (refused, delayed).',
+    help: 'Requests the quota guard refused (local 429) or delayed, by rule (upstream for none), reason (budget, cooldown, degraded: Redis cannot be asked and this sidecar\'s share is spent, alone_ended: cut off from Redis longer than RATE_LIMIT_ALONE_MAX_MS, unrecorded: STATE_DIR cannot record a send decided alone) and action (refused, delayed).',
     labelNames: ['rule', 'reason', 'action'] as const,
     registers: [registry]
   })

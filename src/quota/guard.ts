@@ -28,22 +28,28 @@ export type Refusal = 'budget' | 'cooldown' | 'degraded'
 
 export type Verdict =
   | { readonly ok: true, readonly delayed: boolean, readonly ticket: Ticket | undefined }
-  | {
-    readonly ok: false
-    readonly reason: Refusal
-    readonly retryAfterMs: number
-    readonly scope: string
-    readonly lost?: boolean
-    /** Refused as it was leaving: the tally can no longer count it where it was admitted (past the ledger's hold, or Redis cannot be told: `leaving`). */
-    readonly late?: boolean
-    readonly aloneEnded?: boolean
-  }
+  | { readonly ok: false, readonly reason: Refusal, readonly retryAfterMs: number, readonly scope: string } & RefusalCause
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
 
-/** Why a take was refused for want of Redis, when not the usual share spent. */
-const degradedCause = (take: Extract<Take, { kind: 'degraded' }>): { lost?: true, aloneEnded?: true } =>
-  take.lost === true ? { lost: true } : take.aloneEnded === true ? { aloneEnded: true } : {}
+/** Why a refusal is not the usual spent budget or share: at most one is set (store.ts, Take). */
+interface RefusalCause {
+  readonly lost?: true
+  readonly aloneEnded?: true
+  readonly unrecorded?: true
+  /** Refused as it was leaving: it waited since the fleet's tally placed it, and Redis cannot be told (`leaving`). */
+  readonly late?: true
+}
+
+function causeOf (degraded: Extract<Take, { kind: 'degraded' }>): RefusalCause {
+  if (degraded.lost === true) return { lost: true }
+  if (degraded.aloneEnded === true) return { aloneEnded: true }
+  return degraded.unrecorded === true ? { unrecorded: true } : {}
+}
+
+/** The `reason` of rate_limited_total: the two refusals an operator must tell from a spent share have their own. */
+const metricReason = (reason: Refusal, cause: RefusalCause): string =>
+  cause.aloneEnded === true ? 'alone_ended' : cause.unrecorded === true ? 'unrecorded' : reason
 
 /** The verdict when nothing is taken: nothing can stop a request, or its scope has no limits. */
 const FREE: Verdict = Object.freeze({ ok: true, delayed: false, ticket: undefined })
@@ -71,6 +77,8 @@ export interface RateLimitStatus {
   redis: { url: string, up: boolean, problem: string | null, maxmemoryPolicy?: string | null, evicting?: boolean | null } | null
   /** `declared`: RATE_LIMIT_FLEET_SIZE (0: unset); `overDeclared`: more present than declared (the guarantee's first assumption broken). */
   fleet: { size: number, present: number, declared: number, overDeclared: boolean } | null
+  /** Cut off from Redis for longer than RATE_LIMIT_ALONE_MAX_MS: nothing budgeted is sent (every share 0) until it answers. */
+  aloneEnded: boolean
   rules: Array<{ rule: string, limits: string[], share: number[] }>
   cooldowns: Array<{ rule: string, until: string }>
 }
@@ -88,6 +96,16 @@ export interface GuardOptions {
 
 /** More sidecars present in Redis than RATE_LIMIT_FLEET_SIZE declares (none declared: never). */
 const overDeclared = (s: FleetStatus): boolean => s.declared > 0 && s.present > s.declared
+
+const overDeclaredNote = (s: FleetStatus): string | undefined => overDeclared(s)
+  ? `${s.present} sidecars present in redis, more than RATE_LIMIT_FLEET_SIZE=${s.declared}: set it to the most sidecars that run at once`
+  : undefined
+
+/** STATE_DIR's ledger cannot be written (`code`: why, an errno code): said, never the file's content. */
+const ledgerNote = (code: string | undefined, fleet: boolean): string | undefined => code === undefined
+  ? undefined
+  : `STATE_DIR cannot record the rate-limit ledger (${code}): a restart would forget this sidecar's sends` +
+    (fleet ? '; while redis does not answer, budgeted requests are refused' : '')
 
 /** An evicting maxmemory-policy, for /readyz (still ready): budget keys may be dropped under memory pressure. */
 const evictionNote = (s: FleetStatus): string | undefined => s.memory?.evicting === true
@@ -166,13 +184,14 @@ function refusedBecause (verdict: Extract<Verdict, { retryAfterMs: number }>, na
     const why = verdict.reason === 'degraded' ? 'rate-limit redis stopped answering' : 'it waited over a minute'
     return `the request of ${name} waited to be sent until the tally could no longer count it where it was admitted (${why}), so it was not sent`
   }
-  if (verdict.reason === 'budget') return `the budget of ${name} is spent`
-  if (verdict.lost === true) {
-    return `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window`
-  }
-  if (verdict.aloneEnded === true) {
-    return `the fleet's budget of ${name} cannot be checked: this sidecar has been cut off from rate-limit redis for longer than RATE_LIMIT_ALONE_MAX_MS and sends nothing budgeted until it answers`
-  }
+  return verdict.reason === 'budget' ? `the budget of ${name} is spent` : withoutRedis(verdict, name)
+}
+
+/** Why a request was refused for want of Redis (reason `degraded`), by its cause. */
+function withoutRedis (cause: RefusalCause, name: string): string {
+  if (cause.lost === true) return `the fleet's tally of ${name} cannot be trusted yet (rate-limit redis is new or lost its data, and the sidecars' sends are not all in it): the budget is refused until they are, at most one window`
+  if (cause.aloneEnded === true) return `the fleet's budget of ${name} cannot be checked: this sidecar has been cut off from rate-limit redis for longer than RATE_LIMIT_ALONE_MAX_MS and sends nothing budgeted until it answers`
+  if (cause.unrecorded === true) return `STATE_DIR cannot record a send of ${name} decided without rate-limit redis (a restart would forget it): nothing is sent until STATE_DIR can be written or redis answers`
   return `the fleet's budget of ${name} cannot be checked (rate-limit redis not answering) and this sidecar's share is spent`
 }
 
@@ -191,10 +210,11 @@ function rateLimitStatus (fleet: FleetStore | undefined, rules: readonly Rule[],
     fleet: fleetStatus === undefined
       ? null
       : { size: fleetStatus.size, present: fleetStatus.present, declared: fleetStatus.declared, overDeclared: overDeclared(fleetStatus) },
+    aloneEnded: fleetStatus?.aloneEnded === true,
     rules: rules.map((r) => ({
       rule: r.id,
       limits: r.limits.map((l) => l.text),
-      share: r.limits.map((l) => fleet?.share(l) ?? l.count)
+      share: r.limits.map((l) => fleetStatus?.aloneEnded === true ? 0 : fleet?.share(l) ?? l.count)
     })),
     cooldowns: cooldowns.active().map(({ scope, endsAt }) => ({ rule: scope, until: new Date(wall + (endsAt - now)).toISOString() }))
   }
@@ -208,14 +228,15 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
   const cooldowns: Cooldowns = fleet?.cooldowns ?? createCooldowns(clock)
   const ledger = durable?.ledger ?? createLedger(clock)
   const base: Store = fleet ?? createLocalStore(clock, cooldowns, ledger)
-  const store: Store = durable === undefined ? base : persistingStore(base, durable.save, log)
+  const persisting = durable === undefined ? undefined : persistingStore(base, durable.save, log)
+  const store: Store = persisting ?? base
   const gauge = createCooldownGauge(clock, metrics, cooldowns, [...rules.map((r) => r.id), UPSTREAM_SCOPE])
 
-  function refuse (scope: string, reason: Refusal, ms: number, why: { lost?: true, late?: true, aloneEnded?: true } = {}): Verdict {
-    metrics.rateLimited.inc({ rule: scope, reason, action: 'refused' })
+  function refuse (scope: string, reason: Refusal, ms: number, cause: RefusalCause = {}): Verdict {
+    metrics.rateLimited.inc({ rule: scope, reason: metricReason(reason, cause), action: 'refused' })
     // A cool-down refused for is on its gauge, whoever started it (no cool-down under way: nothing to note).
     gauge.note(scope)
-    return { ok: false, reason, retryAfterMs: ms, scope, ...why }
+    return { ok: false, reason, retryAfterMs: ms, scope, ...cause }
   }
 
   // The common path (no limits to take, e.g. cool-downs on and no rules) allocates nothing.
@@ -236,7 +257,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       // Over budget (the fleet's, or this sidecar's share): wait if it frees within
       // RATE_LIMIT_MAX_WAIT_MS (all waits counted), else refuse at once.
       const reason = result.kind
-      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' ? degradedCause(result) : {})
+      if (result.ms > maxWait - (clock.now() - startedAt)) return refuse(scope, reason, result.ms, result.kind === 'degraded' ? causeOf(result) : {})
       if (await sleep(clock, result.ms, caller)) return GONE
       if (caller.destroyed) return GONE
       result = await store.take(scope, limits)
@@ -324,14 +345,14 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
       if (fleet?.status().starting !== true) return undefined
       return `rate-limit redis ${fleet.displayUrl} is new or lost its data: the fleet's tally is trusted in a moment, once the sidecars have told it their sends (budgeted requests are refused until then)`
     },
-    /** For /readyz: why limits are not shared although Redis is configured, or more sidecars run than declared (still ready). */
+    /**
+     * For /readyz: why limits are not shared although Redis is configured, more sidecars run than
+     * declared, or STATE_DIR cannot record the ledger (still ready).
+     */
     readinessNote (): string | undefined {
       const s = fleet?.status()
-      if (fleet === undefined || s === undefined) return undefined
-      const over = overDeclared(s)
-        ? `${s.present} sidecars present in redis, more than RATE_LIMIT_FLEET_SIZE=${s.declared}: set it to the most sidecars that run at once`
-        : undefined
-      return [sharingNote(s, fleet.displayUrl), over, evictionNote(s)].filter((text) => text !== undefined).join('; ') || undefined
+      const notes = fleet === undefined || s === undefined ? [] : [sharingNote(s, fleet.displayUrl), overDeclaredNote(s), evictionNote(s)]
+      return [...notes, ledgerNote(persisting?.failing(), fleet !== undefined)].filter((text) => text !== undefined).join('; ') || undefined
     },
     status: (): RateLimitStatus => rateLimitStatus(fleet, rules, cooldowns, clock),
     /** Connects to Redis (when configured), for at most its timeout; never fails. */

@@ -137,7 +137,8 @@ const UNRECORDED_RETRY_MS = 1_000
  * off from Redis): only the file holds it, and a restart's lapse in Redis ends when the file
  * is told (redis-scripts.ts, endsWithRun), so it is given back and refused.
  */
-export function persistingStore (store: Store, save: () => Promise<void>, log: Logger): Store {
+export function persistingStore (store: Store, save: () => Promise<void>, log: Logger): Store & { failing: () => string | undefined } {
+  /** Why the last write failed (an errno code, never the file's content); undefined once one succeeds. */
   let failing: string | undefined
   async function recorded (scope: string, limits: readonly Limit[], take: Extract<Take, { kind: 'ok' }>): Promise<Take> {
     try {
@@ -150,7 +151,7 @@ export function persistingStore (store: Store, save: () => Promise<void>, log: L
       failing = reason
       if (take.alone === true) {
         store.refund(scope, limits, take.id)
-        return { kind: 'degraded', ms: UNRECORDED_RETRY_MS }
+        return { kind: 'degraded', ms: UNRECORDED_RETRY_MS, unrecorded: true }
       }
     }
     return take
@@ -165,6 +166,7 @@ export function persistingStore (store: Store, save: () => Promise<void>, log: L
     // No wait before the send: its new time is in the next write (until then the file has it
     // leaving at that write, or at its admission: a restart meanwhile counts it a little early).
     leaving: (scope, limits, id) => store.leaving(scope, limits, id),
-    coolDown: (scope, request) => store.coolDown(scope, request)
+    coolDown: (scope, request) => store.coolDown(scope, request),
+    failing: () => failing
   }
 }

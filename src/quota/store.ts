@@ -25,8 +25,9 @@ export type Take =
    * sidecar's share is spent or not yet safe to use: refused, ask again in `ms`; nothing was taken.
    * `lost`: Redis answers, but its tally lost a window (restarted empty) and is not trusted yet.
    * `aloneEnded`: cut off for longer than RATE_LIMIT_ALONE_MAX_MS: nothing until Redis answers.
+   * `unrecorded`: decided alone, but STATE_DIR's ledger cannot record it (given back).
    */
-  | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean, readonly aloneEnded?: boolean }
+  | { readonly kind: 'degraded', readonly ms: number, readonly lost?: boolean, readonly aloneEnded?: boolean, readonly unrecorded?: boolean }
 
 /** Why an admitted send must not leave after all, and the ms after which to ask again. */
 export interface Stopped {

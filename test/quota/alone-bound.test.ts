@@ -3,7 +3,7 @@
 // presence: redis-scripts.ts), whenever it noticed the cut and however late its timers fired;
 // then nothing budgeted until Redis answers. (The scripted Redis: fleet-double.ts.)
 import t from 'tap'
-import { scriptedFleet, TIMEOUT_MS, TIMING } from './fleet-double.js'
+import { cutOffUntilAlone, scriptedFleet, TIMEOUT_MS, TIMING } from './fleet-double.js'
 
 const CLOSED = new Error('Connection is closed.')
 /** How long after the last presence-renewing script a sidecar alone waits, for a 1 s window. */
@@ -12,13 +12,7 @@ const BOUND_MS = 5_000
 
 t.test('cut off longer than RATE_LIMIT_ALONE_MAX_MS: nothing more is sent alone, until Redis answers', async (t) => {
   const f = await scriptedFleet(t, 'GET /a 6/1s', { aloneMaxMs: BOUND_MS })
-  // Shared a while, heartbeats every 200 ms; the last one 50 ms ago.
-  await f.c.tick(5_050)
-  await f.c.tick(0)
-  const lastSent = f.c.clock.now() - 50
-  f.double.script.down = CLOSED
-  f.double.emit(false, CLOSED)
-  await f.c.tick(lastSent + AFTER_MS - f.c.clock.now())
+  const lastSent = await cutOffUntilAlone(f)
   for (let i = 0; i < 3; i++) t.match(await f.take(), { kind: 'ok', alone: true }, `share ${i + 1} of floor(6 / 2)`)
   await f.c.tick(lastSent + BOUND_MS - 1 - f.c.clock.now())
   t.match(await f.take(), { kind: 'ok' }, 'within the bound: the share, a window later')

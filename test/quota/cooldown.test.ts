@@ -49,6 +49,7 @@ t.test('a 429 passes unchanged and cools down its rule only, for its Retry-After
     degraded: false,
     redis: null,
     fleet: null,
+    aloneEnded: false,
     rules: [{ rule: 'GET /v2/store/products/catalog', limits: ['100/1d'], share: [100] }, { rule: ORDERS_RULE, limits: ['100/1s'], share: [100] }],
     cooldowns: []
   })

@@ -135,3 +135,19 @@ export async function scriptedFleet (t: Test, rules: string, { fleetFloor = 2, t
     backend: async (name: 'redis' | 'memory') => (await metrics.rateLimitBackend.get()).values.find((v) => v.labels.backend === name)?.value
   }
 }
+
+/**
+ * Shares a while (heartbeats every 200 ms; the last one sent 50 ms before the cut), is cut off,
+ * and moves the clock to when spending alone starts for a 1 s window: the last presence's send
+ * + timeout + TTL + the window. Returns when that last heartbeat was sent.
+ */
+export async function cutOffUntilAlone (f: Pick<Awaited<ReturnType<typeof scriptedFleet>>, 'c' | 'double'>): Promise<number> {
+  const closed = new Error('Connection is closed.')
+  await f.c.tick(5_050)
+  await f.c.tick(0)
+  const lastSent = f.c.clock.now() - 50
+  f.double.script.down = closed
+  f.double.emit(false, closed)
+  await f.c.tick(lastSent + TIMEOUT_MS + TIMING.presenceTtlMs + 1_000 - f.c.clock.now())
+  return lastSent
+}
