@@ -55,7 +55,7 @@ export function configSummary (config: Config): ConfigSummary {
     RATE_LIMIT_REDIS_URL: config.rateLimits.redisUrl === undefined ? '' : redisDisplayUrl(config.rateLimits.redisUrl),
     RATE_LIMIT_REDIS_TIMEOUT_MS: config.rateLimits.redisTimeoutMs,
     RATE_LIMIT_FLEET_SIZE: config.rateLimits.fleetSize === 0 ? '' : config.rateLimits.fleetSize,
-    // As in effect: set, or the longest window + an hour.
+    // As in effect: set, or the longest window + an hour; 0: no bound (also a declared fleet of one).
     RATE_LIMIT_ALONE_MAX_MS: config.rateLimits.aloneMaxMs,
     CACHE_MAX_BYTES: config.cache.maxBytes,
     CACHE_ENTRY_MAX_BYTES: config.cache.entryMaxBytes,

@@ -39,7 +39,7 @@ export const MEANINGS: Readonly<Record<string, string>> = {
   RATE_LIMIT_REDIS_URL_FILE: 'the Redis URL from a file instead, re-read before each reconnection',
   RATE_LIMIT_REDIS_TIMEOUT_MS: 'a Redis command slower than this counts as failed',
   RATE_LIMIT_FLEET_SIZE: 'the most sidecars on this credential at once; cut off from Redis, each spends its share',
-  RATE_LIMIT_ALONE_MAX_MS: 'cut off from Redis this long, a sidecar spends nothing until it answers; unset: the longest window + 1 h',
+  RATE_LIMIT_ALONE_MAX_MS: 'cut off from Redis this long, a sidecar spends nothing until it answers; unset: the longest window + 1 h; 0: no bound',
   RATE_LIMIT_HEADERS: 'RateLimit-Policy and RateLimit fields on the answers of budgeted rules',
   CACHE_MAX_BYTES: 'the read cache\'s copies in this sidecar\'s memory, at most (20 % of the memory limit if less)',
   CACHE_ENTRY_MAX_BYTES: 'a larger answer is passed on, not stored',

@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module'
 import type { Ajv, ValidateFunction } from 'ajv'
 import { readSecretFileSync, SecretFileError } from './secret-file.js'
-import { MAX_DURATION_MS, NODE_TIMER_MAX_MS, type EnvOf } from './schema.js'
+import { MAX_ALONE_MS, MAX_DURATION_MS, NODE_TIMER_MAX_MS, type EnvOf } from './schema.js'
 
 export type Env = Record<string, string | undefined>
 
@@ -91,6 +91,12 @@ function wholeNumber (name: string): string {
   return 'a whole number, in digits'
 }
 
+/** Why a maximum is what it is, where the number alone does not say. */
+const MAXIMUM_REASONS = new Map<number, string>([
+  [MAX_DURATION_MS, ` (one day: Node's timers overflow above ${NODE_TIMER_MAX_MS} ms)`],
+  [MAX_ALONE_MS, ' (30 days: it is no timer, but longer holds a dead sidecar\'s share as good as for ever; 0 turns the bound off)']
+])
+
 function violation (name: string, e: AjvError): string {
   const { limit, allowedValues, type } = e.params
   switch (e.keyword) {
@@ -99,8 +105,7 @@ function violation (name: string, e: AjvError): string {
     case 'minimum':
       return `must be at least ${String(limit)}`
     case 'maximum':
-      return `must be at most ${String(limit)}` +
-        (limit === MAX_DURATION_MS ? ` (one day: Node's timers overflow above ${NODE_TIMER_MAX_MS} ms)` : '')
+      return `must be at most ${String(limit)}${MAXIMUM_REASONS.get(limit as number) ?? ''}`
     case 'enum':
       return `must be one of ${(allowedValues as string[]).join(', ')}`
     case 'minLength':

@@ -32,13 +32,26 @@ export interface RateLimitConfig {
    */
   readonly fleetSize: number
   /**
-   * RATE_LIMIT_ALONE_MAX_MS, or the longest window + an hour: cut off from Redis for longer
-   * (since the send of its last script Redis ran), a sidecar sends nothing budgeted; so Redis
-   * can end the hold of one that lapsed once this + its longest window has passed.
+   * RATE_LIMIT_ALONE_MAX_MS in effect (aloneBoundMs): cut off from Redis for longer (since the
+   * send of its last script Redis ran), a sidecar sends nothing budgeted; so Redis can end the
+   * hold of one that lapsed once this + its longest window has passed. 0: no bound, and its
+   * hold ends only by the count.
    */
   readonly aloneMaxMs: number
   /** RATE_LIMIT_HEADERS: RateLimit-Policy and RateLimit on the answers of budgeted rules. */
   readonly headers: boolean
+}
+
+/**
+ * How long a sidecar cut off from Redis may spend alone (0: no bound). Unset: the longest
+ * window + an hour. A declared fleet of one has none: its ledger is the whole tally, and the
+ * count releases its entry once its replacement is present (one window held), so a bound would
+ * only refuse its callers. More present than declared changes nothing: with no bound its span
+ * is none, and Redis ends its entry only by the count, as for an earlier version.
+ */
+export function aloneBoundMs (setting: number | undefined, fleetSize: number | undefined, rules: readonly Rule[]): number {
+  if (fleetSize === 1) return 0
+  return setting ?? longestWindowMs(rules) + DEFAULT_RATE_LIMIT_ALONE_EXTRA_MS
 }
 
 /** RATE_LIMITS(_FILE) and the RATE_LIMIT_* settings: every problem is added to `problems`. */
@@ -96,7 +109,7 @@ export function checkRateLimits (raw: RawEnv, typed: boolean, readFile: ReadFile
     redisUrlFile: redisUrlSource === undefined || redisUrlSource === 'RATE_LIMIT_REDIS_URL' ? undefined : urlFile,
     redisTimeoutMs: raw.RATE_LIMIT_REDIS_TIMEOUT_MS,
     fleetSize: raw.RATE_LIMIT_FLEET_SIZE ?? 0,
-    aloneMaxMs: raw.RATE_LIMIT_ALONE_MAX_MS ?? longestWindowMs(rules) + DEFAULT_RATE_LIMIT_ALONE_EXTRA_MS,
+    aloneMaxMs: aloneBoundMs(raw.RATE_LIMIT_ALONE_MAX_MS, raw.RATE_LIMIT_FLEET_SIZE, rules),
     headers: raw.RATE_LIMIT_HEADERS
   })
 }

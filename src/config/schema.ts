@@ -26,6 +26,13 @@ export const DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS = 200
  * spent alone for an hour (a sidecar spends alone only from one window after it was cut off).
  */
 export const DEFAULT_RATE_LIMIT_ALONE_EXTRA_MS = 60 * 60_000
+/**
+ * RATE_LIMIT_ALONE_MAX_MS at most: 30 days. It is compared with the monotonic clock, never a
+ * timer, so Node's timer limit (MAX_DURATION_MS) does not bind it, and the default for the
+ * catalog's rules is 25 h. Longer would hold a dead sidecar's share as good as for ever, as
+ * 0 (no bound) does plainly.
+ */
+export const MAX_ALONE_MS = 30 * 24 * 60 * 60_000
 export const DEFAULT_CACHE_MAX_BYTES = 32 * 1024 * 1024
 export const DEFAULT_CACHE_ENTRY_MAX_BYTES = 8 * 1024 * 1024
 export const DEFAULT_CACHE_REDIS_MAX_BYTES = 64 * 1024 * 1024
@@ -127,7 +134,7 @@ export const schema = {
     RATE_LIMIT_REDIS_URL_FILE: { type: 'string' },
     RATE_LIMIT_REDIS_TIMEOUT_MS: durationMs(DEFAULT_RATE_LIMIT_REDIS_TIMEOUT_MS),
     RATE_LIMIT_FLEET_SIZE: { type: 'integer', minimum: 1, maximum: 10_000 },
-    RATE_LIMIT_ALONE_MAX_MS: { type: 'integer', minimum: 1, maximum: MAX_DURATION_MS },
+    RATE_LIMIT_ALONE_MAX_MS: { type: 'integer', minimum: 0, maximum: MAX_ALONE_MS },
     RATE_LIMIT_HEADERS: { type: 'boolean', default: true },
     CACHE_MAX_BYTES: { type: 'integer', minimum: 64 * 1024, maximum: 1024 * 1024 * 1024, default: DEFAULT_CACHE_MAX_BYTES },
     CACHE_ENTRY_MAX_BYTES: { type: 'integer', minimum: 1024, maximum: 256 * 1024 * 1024, default: DEFAULT_CACHE_ENTRY_MAX_BYTES },

@@ -69,7 +69,8 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
       rules: rateLimits.rules,
       redisTimeoutMs: rateLimits.redisTimeoutMs,
       fleetFloor: rateLimits.fleetSize,
-      aloneMaxMs: rateLimits.aloneMaxMs,
+      // 0: no bound, and no span told to Redis (its entry ends only by the count).
+      ...(rateLimits.aloneMaxMs > 0 ? { aloneMaxMs: rateLimits.aloneMaxMs } : {}),
       ...(quotaTiming === undefined ? {} : { timing: quotaTiming }),
       onCooldown
     })
