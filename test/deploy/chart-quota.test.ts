@@ -185,7 +185,7 @@ t.test('values.schema.json refuses what the sidecar would refuse at start, namin
     ['a cool-down as a string', ['--set-string', 'rateLimits.cooldownMs=1000'], /rateLimits\.cooldownMs/],
     ['a cap above one day', ['--set', 'rateLimits.cooldownMaxMs=86400001'], /rateLimits\.cooldownMaxMs/],
     ['a Redis timeout of 0', ['--set', 'rateLimits.redis.timeoutMs=0'], /rateLimits\.redis\.timeoutMs/],
-    ['a bound on spending alone above one day', ['--set', 'rateLimits.redis.aloneMaxMs=86400001'], /rateLimits\.redis\.aloneMaxMs/],
+    ['a bound on spending alone above 30 days', ['--set', 'rateLimits.redis.aloneMaxMs=2592000001'], /rateLimits\.redis\.aloneMaxMs/],
     ['a Secret key with a slash', ['--set', 'rateLimits.redis.key=a/b'], /rateLimits\.redis\.key/],
     ['a relative mount path', ['--set', 'rateLimits.mountPath=quota'], /rateLimits\.mountPath/],
     ['the Redis URL itself in values', ['--set', 'rateLimits.redis.url=redis://x:6379'], /url/]
