@@ -15,9 +15,9 @@ const WINDOW_MS = 1_000
 // Past when spending alone starts (the last script's send + timeout + TTL + a window: 1.5 s).
 const BOUND_MS = 2_500
 
-/** Every span the fleet told Redis (alone-spans), comma-separated; '' when none. */
+/** Every span the fleet told Redis (alone-spans; its leading number, whatever is stored beside it), comma-separated; '' when none. */
 const spans = async (redis: FaultyRedis): Promise<string> => await redis.command('EVAL',
-  "local out = {} for _, k in ipairs(redis.call('KEYS', '*alone-spans')) do for _, v in ipairs(redis.call('HVALS', k)) do out[#out + 1] = v end end return table.concat(out, ',')",
+  "local out = {} for _, k in ipairs(redis.call('KEYS', '*alone-spans')) do for _, v in ipairs(redis.call('HVALS', k)) do out[#out + 1] = string.match(v, '^%d+') end end return table.concat(out, ',')",
   '0')
 
 for (const [name, env, bounded] of [
