@@ -15,10 +15,16 @@ const WINDOW_MS = 1_000
 // Past when spending alone starts (the last script's send + timeout + TTL + a window: 1.5 s).
 const BOUND_MS = 2_500
 
-/** Every span the fleet told Redis (alone-spans; its leading number, whatever is stored beside it), comma-separated; '' when none. */
-const spans = async (redis: FaultyRedis): Promise<string> => await redis.command('EVAL',
-  "local out = {} for _, k in ipairs(redis.call('KEYS', '*alone-spans')) do for _, v in ipairs(redis.call('HVALS', k)) do out[#out + 1] = string.match(v, '^%d+') end end return table.concat(out, ',')",
-  '0')
+/** The span each member present told Redis (alone-spans; its leading number, whatever is stored beside it), comma-separated; '' when none. */
+const spans = async (redis: FaultyRedis): Promise<string> => await redis.command('EVAL', `
+  local out = {}
+  for _, k in ipairs(redis.call('KEYS', '*alone-spans')) do
+    local members, h = string.sub(k, 1, -12) .. 'members', redis.call('HGETALL', k)
+    for i = 1, #h, 2 do
+      if redis.call('ZSCORE', members, h[i]) then out[#out + 1] = string.match(h[i + 1], '^%d+') end
+    end
+  end
+  return table.concat(out, ',')`, '0')
 
 for (const [name, env, bounded] of [
   ['a declared fleet of one, a bound set: none', { RATE_LIMIT_FLEET_SIZE: '1', RATE_LIMIT_ALONE_MAX_MS: String(BOUND_MS) }, false],
