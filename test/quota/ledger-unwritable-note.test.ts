@@ -4,8 +4,7 @@
 // ends the note.
 import t from 'tap'
 import { createQuotaGuard, type Caller } from '../../src/quota/guard.js'
-import { parseRules } from '../../src/config/rate-limit-rules.js'
-import type { RateLimitConfig } from '../../src/config/rate-limits.js'
+import { loadConfig } from '../../src/config/load.js'
 import { createLedger } from '../../src/quota/ledger.js'
 import { createMetrics } from '../../src/metrics.js'
 import { fakeClock } from '../helpers/fake-clock.js'
@@ -15,23 +14,10 @@ const STAYING: Caller = { destroyed: false, once: () => undefined, removeListene
 
 t.test('embedded: the note while STATE_DIR cannot be written, sends going on; gone once it can', async (t) => {
   const { clock } = fakeClock()
-  const { rules } = parseRules('GET /a 5/1s', 'RATE_LIMITS')
-  const rule = rules[0]
+  const env = { AUTH_URL: 'https://auth.example.test', UPSTREAM_URL: 'https://api.example.test', CLIENT_ID: 'id', CLIENT_SECRET: 'secret' }
+  const config = loadConfig({ ...env, RATE_LIMITS: 'GET /a 5/1s', RATE_LIMIT_MAX_WAIT_MS: '0' }).rateLimits
+  const rule = config.rules[0]
   if (rule === undefined) throw new Error('no rule')
-  const config: RateLimitConfig = {
-    rules,
-    rulesSource: 'RATE_LIMITS',
-    maxWaitMs: 0,
-    cooldownMs: 1_000,
-    cooldownMaxMs: 60_000,
-    redisUrl: undefined,
-    redisUrlSource: undefined,
-    redisUrlFile: undefined,
-    redisTimeoutMs: 200,
-    fleetSize: 0,
-    aloneMaxMs: 3_600_000,
-    headers: true
-  }
   let disk: string | undefined = 'EROFS'
   const save = async (): Promise<void> => { if (disk !== undefined) throw Object.assign(new Error('the disk said no'), { code: disk }) }
   const guard = createQuotaGuard({
