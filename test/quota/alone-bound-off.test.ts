@@ -36,7 +36,9 @@ for (const [name, env, bounded] of [
     const s = await quotaSidecar(t, { RATE_LIMITS: `${RULE} 100/1s`, RATE_LIMIT_MAX_WAIT_MS: '0', ...env },
       { redisUrl: redis.url, systemClock: true, quotaTiming: TIMING })
     await eventually(t, 'shared through Redis', async () => (await backendOf(s)) === 'redis')
-    t.equal((await s.call('/v2/store/a', 'shared')).status, 200)
+    // A take late on a busy machine is decided alone (and refused, the share not yet safe): ask again.
+    let m = 0
+    await eventually(t, 'a send through Redis', async () => (await s.call('/v2/store/a', `shared${m++}`)).status === 200)
     t.equal(await spans(redis), bounded ? String(BOUND_MS + WINDOW_MS) : '', bounded ? 'its span told' : 'no span: its entry ends only by the count')
 
     await redis.stop()
