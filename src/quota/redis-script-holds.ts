@@ -14,13 +14,17 @@
 // (`onRecord`), and every script holds and releases by those, never by the caller's alone. A
 // release says that one of the lapsed stopped, not which: the sizes released stay held for
 // the entries left (KEYS[8]), and after a data loss each sidecar back tells the sizes it saw.
-// A lapse also ends by time: a sidecar spends alone for at most RATE_LIMIT_ALONE_MAX_MS after
+// A hold also ends by time: a sidecar spends alone for at most RATE_LIMIT_ALONE_MAX_MS after
 // the send of its last script Redis ran (fleet-alone.ts), so once its presence's end + that
 // bound + its longest window (its span, KEYS[9]) has passed, its sends alone are outside every
-// window: the entry is dropped (`timeEnded`). An entry may stand for any released by the count
-// with a hold starting after its lapse, and so for all those that one stood for: its span is
-// widened to theirs (`widths`); one released with none (an earlier version's, or unknown after
-// a loss: they spend alone without end) keeps it to the count.
+// window: the entry holds no share from then on (`timeEnded`, marked ENDED for good). It stays
+// lapsed, its size on record: past its bound a sidecar refuses but may still run, so it is
+// still one of those the count allows, and leaves by coming back or by the count (the ended
+// first, telling a span of 0). An earlier version sees a lapsed entry: it holds it. An entry
+// may stand for any released by the count with a hold starting after its lapse, and so for
+// all those that one stood for: its span is widened to theirs (`widths`); one released with
+// none (an earlier version's, or unknown after a loss: they spend alone without end) keeps it
+// to the count.
 
 // How long a released sidecar's entry is kept (ms), longer than any window: see `presence`.
 export const GHOST_KEEP_MS = 7 * 24 * 60 * 60_000
@@ -43,12 +47,13 @@ end
 -- A member's span (KEYS[9]) is stored with the presence expiry it was written with
 -- ('span:expiry'), and honoured only when that is the entry's lapse: an earlier version renewing
 -- the same id (a rollback keeping STATE_DIR) leaves it unchanged, stale.
-local SCANNED = ' scanned'
-local function spanOf (entry, at)
-  local span, expiry = string.match(redis.call('HGET', KEYS[9], entry) or '', '^(%d+):(%d+)$')
+local SCANNED, ENDED = ' scanned', 'ended'
+local function spanIn (told, at)
+  local span, expiry = string.match(told or '', '^(%d+):(%d+)$')
   if span ~= nil and tonumber(expiry) == tonumber(at) then return tonumber(span) end
   return nil
 end
+local function spanOf (entry, at) return spanIn(redis.call('HGET', KEYS[9], entry), at) end
 -- Each lapsed entry's widest span among the releases scored after its lapse (false: one has
 -- none, told in the name: id@time~span), of those scored from the last scan on (SCANNED) and
 -- from the first lapse, in one pass. A release scores after its making, so each pair of an
@@ -77,16 +82,24 @@ local function widths (apply)
   end
   return out
 end
--- Lapsed entries whose sends alone are all out of every window by now (see the top), 'by' the
--- widths not yet stored. One lapsed longer than GHOST_KEEP_MS ends only by the count: the
--- releases it may stand for may be pruned unseen.
-local function timeEnded (by)
+-- Lapsed entries whose sends alone are all out of every window by now (see the top), oldest
+-- first: those marked ENDED, and those ending now 'by' the widths not yet stored ('apply'
+-- marks them). One lapsed longer than GHOST_KEEP_MS ends only by the count: the releases
+-- it may stand for may be pruned unseen. Once ended, an entry never holds again: a release
+-- after that comes from the ended first, and an ended one's sends alone are out of the windows.
+local function timeEnded (by, apply)
   local out = {}
-  local l = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES')
+  local l = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
   for i = 1, #l, 2 do
-    local at, span, wider = tonumber(l[i + 1]), spanOf(l[i], l[i + 1]), by[l[i]]
+    local told = redis.call('HGET', KEYS[9], l[i])
+    local at, span, wider = tonumber(l[i + 1]), spanIn(told, l[i + 1]), by[l[i]]
     if wider == false then span = nil elseif span ~= nil and wider ~= nil and wider > span then span = wider end
-    if span ~= nil and at + span <= now and now - at < ${GHOST_KEEP_MS} then out[#out + 1] = l[i] end
+    if told == ENDED then
+      out[#out + 1] = l[i]
+    elseif span ~= nil and at + span <= now and now - at < ${GHOST_KEEP_MS} then
+      out[#out + 1] = l[i]
+      if apply then redis.call('HSET', KEYS[9], l[i], ENDED) end
+    end
   end
   return out
 end

@@ -62,11 +62,6 @@ local function release (name, floor, at, span)
   floor = tonumber(floor)
   if floor ~= nil and floor > 0 and (tonumber(redis.call('HGET', KEYS[7], floor)) or 0) < at then redis.call('HSET', KEYS[7], floor, at) end
 end
-local function forget (entry)
-  redis.call('ZREM', KEYS[3], entry)
-  redis.call('HDEL', KEYS[6], entry)
-  redis.call('HDEL', KEYS[9], entry)
-end
 -- A new run's entry (a restart keeping its id: STATE_DIR) ends at once when nothing was
 -- released by the count since it lapsed (then it stands for that run alone): the ledger this
 -- script tells holds every send the earlier runs made alone (fleet-alone.ts sends alone only
@@ -80,7 +75,6 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   for i = 1, #gone, 2 do redis.call('ZADD', lapsed, gone[i + 1], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('ZREMRANGEBYSCORE', released, '-inf', now - ${GHOST_KEEP_MS})
-  for _, entry in ipairs(timeEnded(widths(true))) do forget(entry) end
   -- Back under its own id, the same run tells its sends (REASSERT) or never spent alone
   -- (shared): forgotten. A new run: see endsWithRun; a kept entry stays lapsed under a name of
   -- its own (id#time), until released as any other. A released entry is never taken back:
@@ -99,29 +93,40 @@ local function presence (member, ttl, floor, timeout, newRun, span)
       end
     end
   end
+  local ended = timeEnded(widths(true), true)
   redis.call('ZADD', members, now + ttl, member)
   redis.call('HSET', KEYS[6], member, floor)
   if span > 0 then redis.call('HSET', KEYS[9], member, span .. ':' .. (now + ttl)) else redis.call('HDEL', KEYS[9], member) end
   local present = redis.call('ZCARD', members)
   -- Safe to release by the largest: those running are at most the largest size any of them
   -- declared, and each one counted has its on record (or held, KEYS[8]), so at most
-  -- hi − present lapsed ones run.
+  -- hi − present lapsed ones run. Ended ones (which hold nothing) go first, telling a span of
+  -- 0: each one left then holds, and stands for every one released after its lapse.
   local lo, hi = onRecord(floor, true, redis.call('ZCARD', lapsed) > 0)
   local stopped = redis.call('ZCARD', lapsed) - math.max(0, hi - present)
+  local endedLeft = #ended
   if hi > 0 and stopped > 0 then
     local at = releaseAt(ttl, timeout)
-    local gone = redis.call('ZRANGE', lapsed, 0, stopped - 1, 'WITHSCORES')
-    for i = 1, #gone, 2 do
-      local f = redis.call('HGET', KEYS[6], gone[i])
-      release(gone[i], f, at, spanOf(gone[i], gone[i + 1]))
-      holdSize(f)
-      redis.call('HDEL', KEYS[6], gone[i])
-      redis.call('HDEL', KEYS[9], gone[i])
+    local gone = {}
+    for i = 1, math.min(stopped, #ended) do gone[i] = {ended[i], 0} end
+    endedLeft = #ended - #gone
+    local isEnded = {}
+    for _, e in ipairs(ended) do isEnded[e] = true end
+    local oldest = redis.call('ZRANGE', lapsed, 0, stopped + #ended - 1, 'WITHSCORES')
+    for i = 1, #oldest, 2 do
+      if #gone < stopped and not isEnded[oldest[i]] then gone[#gone + 1] = {oldest[i], spanOf(oldest[i], oldest[i + 1])} end
     end
-    redis.call('ZREMRANGEBYRANK', lapsed, 0, stopped - 1)
+    for _, g in ipairs(gone) do
+      local f = redis.call('HGET', KEYS[6], g[1])
+      release(g[1], f, at, g[2])
+      holdSize(f)
+      redis.call('ZREM', lapsed, g[1])
+      redis.call('HDEL', KEYS[6], g[1])
+      redis.call('HDEL', KEYS[9], g[1])
+    end
   end
   if redis.call('ZCARD', lapsed) == 0 then redis.call('DEL', KEYS[8]) end
-  return present, math.max(present, floor), lo, hi
+  return present, math.max(present, floor), lo, hi, endedLeft
 end
 `
 
@@ -137,11 +142,12 @@ end
 export const TAKE = PRELUDE + `
 if late(tonumber(ARGV[1])) then return {3, 0, 0, 0, now} end
 if redis.call('GET', KEYS[1]) ~= ARGV[5] then return {5, 0, 0, 0, now} end
-local present, size, lo, hi = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]), 0, tonumber(ARGV[#ARGV]))
+local present, size, lo, hi, ended = presence(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[#ARGV - 1]), 0, tonumber(ARGV[#ARGV]))
 local cd = redis.call('PTTL', KEYS[10])
 if cd > 0 then return {1, cd, size, present, now, lo or 0, hi} end
 local wait, gated = 0, 0
-local lapsed = redis.call('ZCARD', KEYS[3])
+-- Shares held: those of the lapsed entries whose time is not up (an ended one is counted, not held).
+local lapsed = redis.call('ZCARD', KEYS[3]) - ended
 for i = 11, #KEYS, 2 do
   local count, window = tonumber(ARGV[i - 4]), tonumber(ARGV[i - 3])
   local g = math.max(gateLeft(KEYS[i + 1]), lostLog(KEYS[i], KEYS[i + 1], window))
@@ -248,18 +254,21 @@ if redis.call('MGET', KEYS[1])[1] ~= ARGV[2] then return {5, now} end
 local present = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
 local floor = tonumber(ARGV[1])
 local size = math.max(present, floor)
--- As the next presence() would count them: members expired meanwhile are lapsed, those whose time is up dropped, the surplus released.
-local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2 - #timeEnded(widths(false))
+-- As the next presence() would count them: members expired meanwhile are lapsed, the surplus
+-- released (those whose time is up first, counted but not held).
+local lapsed = redis.call('ZCARD', KEYS[3]) + #expired() / 2
+local ended = #timeEnded(widths(false), false)
 local lo, hi = onRecord(floor, false, lapsed > 0)
 local releasing = 0
 if hi > 0 then releasing = math.max(0, lapsed - math.max(0, hi - present)) end
+lapsed = lapsed - math.max(ended, releasing)
 -- Released at the next presence, a heartbeat away at most: the latest start, for the reset.
 local releasingAt = releaseAt(tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])) + tonumber(ARGV[#ARGV])
 local cd = redis.call('PTTL', KEYS[10])
 local out = {0, now}
 for i = 11, #KEYS, 2 do
   local count, window = tonumber(ARGV[i - 8]), tonumber(ARGV[i - 7])
-  local held, ends = heldBack(count, window, lo, size, present, lapsed - releasing, releasing, releasingAt)
+  local held, ends = heldBack(count, window, lo, size, present, lapsed, releasing, releasingAt)
   local room = count - held
   local used = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   -- The send whose exit lets one more in (the oldest while there is room).

@@ -5,7 +5,7 @@
 // alone without end. A span counts only with the presence it was written with.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { fleet, PREFIX, W, type F } from './rollout-fleet.js'
+import { ended, fleet, limit, PREFIX, W, type F } from './rollout-fleet.js'
 
 t.setTimeout(60_000)
 /** RATE_LIMIT_ALONE_MAX_MS + the longest window, shortened. */
@@ -22,7 +22,7 @@ async function renewAsEarlierVersion (f: F): Promise<void> {
   await f.admin.hset(`${PREFIX}floors`, 'y', '3')
 }
 
-for (const [name, rolledBack] of [['y ran this version, then an earlier one: held to the count', true], ['control: y ran this version alone: its entry ends by time', false]] as const) {
+for (const [name, rolledBack] of [['y ran this version, then an earlier one: held to the count', true], ['control: y ran this version alone: its hold ends by time', false]] as const) {
   t.test(name, async (t) => {
     const f = await fleet(t, SPAN_MS)
     const b = f.member('b', 2)
@@ -37,6 +37,8 @@ for (const [name, rolledBack] of [['y ran this version, then an earlier one: hel
     t.same(await f.lapsed(), ['y'], 'y cut off: two present of 2 cannot release one declaring 3')
     const until = Date.now() + SPAN_MS + 1_500
     while (Date.now() < until) { await f.beat(b, c); await sleep(100) }
-    t.same(await f.lapsed(), rolledBack ? ['y'] : [], rolledBack ? 'y (an earlier version: no bound) still held' : 'y\'s entry ended after its span')
+    t.same(await ended(f), rolledBack ? [] : ['y'], rolledBack ? 'y (an earlier version: no bound) still held' : 'y\'s hold ended after its span')
+    t.same(await f.lapsed(), ['y'], 'counted either way: it may still run')
+    t.equal(await f.admitted(b, [limit(4, W)], 4), rolledBack ? 2 : 4, 'y\'s share of 4 / 2 held or not')
   })
 }

@@ -31,3 +31,33 @@ export async function outlastHolds (f: F, present: Member[], W: number): Promise
 }
 
 export const W = 400
+
+/** The lapsed entries whose time is up: counted (their sizes on record), holding no share. */
+export async function ended (f: F): Promise<string[]> {
+  const spans = await f.admin.hgetall(`${PREFIX}alone-spans`)
+  return (await f.lapsed()).filter((m) => spans[m] === 'ended')
+}
+
+/** Beats `present` until every lapsed entry has ended by time (at most `ms`); Redis's time when it was seen so. */
+export async function beatUntilEnded (f: F, present: Member[], ms: number): Promise<number | undefined> {
+  const until = Date.now() + ms
+  while (Date.now() < until) {
+    await f.beat(...present)
+    const lapsed = await f.lapsed()
+    if (lapsed.length > 0 && (await ended(f)).length === lapsed.length) {
+      const [s, us] = await f.admin.time()
+      return Number(s) * 1000 + Math.floor(Number(us) / 1000)
+    }
+    await sleep(50)
+  }
+  return undefined
+}
+
+/** A fleet whose sidecars span `aloneSpanMs`, with b and c present, both declaring `size`. */
+export async function twoPresent (t: Test, aloneSpanMs: number, size: number): Promise<{ f: F, b: Member, c: Member }> {
+  const f = await fleet(t, aloneSpanMs)
+  const b = f.member('b', size)
+  const c = f.member('c', size)
+  await f.join(b, c)
+  return { f, b, c }
+}
