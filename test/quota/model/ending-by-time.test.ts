@@ -1,7 +1,9 @@
 // The quota guarantee against the model (model.test.ts) while holds end by time: each sidecar
 // has a RATE_LIMIT_ALONE_MAX_MS of its own, small (its span: that + the longest window, 2 s),
-// and every other one declares a size one above the fleet's (a rollout raising it), so the
-// count cannot release the one entry a restart or a cut leaves lapsed: time must. G1 (never
+// and every other one declares a size above the fleet's (a rollout raising it by one; in the
+// last group a second one raising it by two, so an ended entry's size is the largest and must
+// stay counted), so the count cannot release the one entry a restart or a cut leaves lapsed:
+// time must. G1 (never
 // over), G3 and the cool-downs are checked after every step; G2 is not (the larger size holds
 // the absent shares by design, room the model does not see).
 //   QUOTA_MODEL_SEED=<seed> QUOTA_MODEL_GROUP=<g> QUOTA_MODEL_PATH=<path> npx tap test/quota/model/ending-by-time.test.ts
@@ -16,31 +18,32 @@ const SEED = commitSeed(process.env.QUOTA_MODEL_SEED, 20261202)
 const ONLY_GROUP = process.env.QUOTA_MODEL_GROUP === undefined ? undefined : Number(process.env.QUOTA_MODEL_GROUP)
 /** Each sidecar's bound on spending alone (ms), by its index: mixed, all far below the default. */
 const ALONE_MAX_MS = [150, 1_500, 400]
-const GROUPS: FaultKind[][] = [['restartSidecar', 'cut'], ['stall', 'restartSidecar', 'down']]
+/** The faults featured, and how far above the fleet's size the others declare (1 or 2: size + i mod 3). */
+const GROUPS: Array<[FaultKind[], number]> = [[['restartSidecar', 'cut'], 1], [['stall', 'restartSidecar', 'down'], 1], [['restartSidecar', 'cut'], 2]]
 const RUNS_PER_GROUP = 2
 /** Room for two runs of a group on a busy machine: a group stopped before two fails. */
 const GROUP_TIME_LIMIT_MS = Number(process.env.QUOTA_MODEL_TIME_LIMIT_MS ?? 90_000)
 
-const configOf = (size: number): FleetConfig => ({
+const configOf = (size: number, above: number): FleetConfig => ({
   size,
   ...MODEL_FLEET,
-  sidecarEnv: (i) => ({ RATE_LIMIT_FLEET_SIZE: String(size + (i % 2)), RATE_LIMIT_ALONE_MAX_MS: String(ALONE_MAX_MS[i % ALONE_MAX_MS.length]) }),
+  sidecarEnv: (i) => ({ RATE_LIMIT_FLEET_SIZE: String(size + (i % (above + 1))), RATE_LIMIT_ALONE_MAX_MS: String(ALONE_MAX_MS[i % ALONE_MAX_MS.length]) }),
   judgeLiveness: false
 })
 
 t.setTimeout(Math.max(180_000, 5 * GROUP_TIME_LIMIT_MS))
 t.jobs = 2
 
-for (const [g, featured] of GROUPS.entries()) {
+for (const [g, [featured, above]] of GROUPS.entries()) {
   if (ONLY_GROUP !== undefined && ONLY_GROUP !== g) continue
-  t.test(`group ${g}: ${featured.join(', ')}`, async (t) => {
+  t.test(`group ${g}: ${featured.join(', ')}; sizes up to +${above}`, async (t) => {
     const seed = SEED + g
     let runs = 0
     let lastTrace: string[] = []
     let lastSteps = 0
     const inputArb = fc.integer({ min: 2, max: 3 }).chain((size) => scheduleArb(size, featured).map((schedule) => ({ size, schedule })))
     const property = fc.asyncProperty(inputArb, async ({ size, schedule }) => {
-      const report = await runSchedule(configOf(size), schedule, `t${g}r${runs++}`)
+      const report = await runSchedule(configOf(size, above), schedule, `t${g}r${runs++}`)
       if (report.violation === undefined) return
       lastTrace = report.trace
       lastSteps = report.steps
