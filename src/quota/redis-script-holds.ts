@@ -94,11 +94,14 @@ local function timeEnded (by, apply)
     local told = redis.call('HGET', KEYS[9], l[i])
     local at, span, wider = tonumber(l[i + 1]), spanIn(told, l[i + 1]), by[l[i]]
     if wider == false then span = nil elseif span ~= nil and wider ~= nil and wider > span then span = wider end
-    if told == ENDED then
+    local mark = tonumber(string.match(told or '', '^ended:(%d+)$'))
+    if mark ~= nil and mark == at and wider ~= false then
       out[#out + 1] = l[i]
+    elseif mark ~= nil then
+      if apply then redis.call('HDEL', KEYS[9], l[i]) end
     elseif span ~= nil and at + span <= now and now - at < ${GHOST_KEEP_MS} then
       out[#out + 1] = l[i]
-      if apply then redis.call('HSET', KEYS[9], l[i], ENDED) end
+      if apply then redis.call('HSET', KEYS[9], l[i], ENDED .. ':' .. l[i + 1]) end
     end
   end
   return out

@@ -35,7 +35,7 @@ export const W = 400
 /** The lapsed entries whose time is up: counted (their sizes on record), holding no share. */
 export async function ended (f: F): Promise<string[]> {
   const spans = await f.admin.hgetall(`${PREFIX}alone-spans`)
-  return (await f.lapsed()).filter((m) => spans[m] === 'ended')
+  return (await f.lapsed()).filter((m) => spans[m]?.startsWith('ended:') === true)
 }
 
 /** Beats `present` until every lapsed entry has ended by time (at most `ms`); Redis's time when it was seen so. */
