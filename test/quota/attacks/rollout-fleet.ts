@@ -24,10 +24,15 @@ export async function lapse (f: F, m: Member): Promise<void> {
   await sleep(80)
 }
 
+/** Beats `present` (this version's) for `ms`. */
+export async function keepPresent (f: F, present: Member[], ms: number): Promise<void> {
+  const until = Date.now() + ms
+  while (Date.now() < until) { await f.beat(...present); await sleep(100) }
+}
+
 /** Keeps `present` present until every release made so far has ended its hold (release start ≤ now + ttl + timeout, then W). */
 export async function outlastHolds (f: F, present: Member[], W: number): Promise<void> {
-  const until = Date.now() + TTL_MS + TIMEOUT_MS + W + 300
-  while (Date.now() < until) { await f.beat(...present); await sleep(100) }
+  await keepPresent(f, present, TTL_MS + TIMEOUT_MS + W + 300)
 }
 
 export const W = 400
