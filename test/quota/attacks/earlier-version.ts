@@ -19,13 +19,13 @@ const SCRIPTS = { take: PRELUDE + fixture('take'), reassert: PRELUDE + fixture('
 /** No deadline: the scripts never answer late. */
 const NO_DEADLINE = -1
 
-/** A member on the earlier version: its scripts against the fleet's Redis. */
+/** A member on the earlier version: its scripts against the fleet's Redis. Each tells the fleet size (the present, or the member's size if more). */
 export interface EarlierVersion {
   /** Its reassertion, telling `told` again: `newRun`, a process's first contact (a restart keeping its id). */
-  join: (m: Member, newRun?: boolean, told?: readonly ReassertLimit[]) => Promise<void>
-  beat: (m: Member) => Promise<void>
-  /** Whether a take of `sendId` is admitted. */
-  take: (m: Member, scope: string, limits: readonly Limit[], sendId: string) => Promise<boolean>
+  join: (m: Member, newRun?: boolean, told?: readonly ReassertLimit[]) => Promise<{ fleetSize: number }>
+  beat: (m: Member) => Promise<{ fleetSize: number }>
+  /** `ok`: a take of `sendId` admitted. */
+  take: (m: Member, scope: string, limits: readonly Limit[], sendId: string) => Promise<{ ok: boolean, fleetSize: number }>
 }
 
 /** `timeoutMs`: the fleet's RATE_LIMIT_REDIS_TIMEOUT_MS (rollout-fleet.ts's by default); releases count it. */
@@ -42,12 +42,16 @@ export function earlierVersion (admin: Redis, { prefix = PREFIX, timeoutMs = 1_0
       const sends = told.flatMap((l) => [l.limit.windowMs, l.sends.length, ...l.sends.flatMap((s) => [s.id, Math.max(0, Math.round(s.ageMs))])])
       const reply = await admin.eval(SCRIPTS.reassert, keys.length, ...keys, ...memberArgs(m), 'e', newRun ? 1 : 0, ...sends, 0, 0, timeoutMs) as unknown[]
       m.epoch = String(reply[5])
+      return { fleetSize: Number(reply[2]) }
     },
-    beat: async (m) => { await admin.eval(SCRIPTS.heartbeat, fleetKeys.length, ...fleetKeys, ...memberArgs(m), timeoutMs) },
+    beat: async (m) => {
+      const reply = await admin.eval(SCRIPTS.heartbeat, fleetKeys.length, ...fleetKeys, ...memberArgs(m), timeoutMs) as unknown[]
+      return { fleetSize: Number(reply[1]) }
+    },
     take: async (m, scope, limits, sendId) => {
       const keys = [...fleetKeys, key(scope, 'cooldown'), ...limits.flatMap((l) => limitKeys(scope, l))]
       const reply = await admin.eval(SCRIPTS.take, keys.length, ...keys, ...memberArgs(m), sendId, ...limits.flatMap((l) => [l.count, l.windowMs]), timeoutMs) as unknown[]
-      return Number(reply[0]) === 0
+      return { ok: Number(reply[0]) === 0, fleetSize: Number(reply[2]) }
     }
   }
 }

@@ -17,6 +17,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { dataLossesOf, fallbackByMachine, fallbacksOf, lateByMachine, watchStalls } from '../../helpers/stalls.js'
 import { call, quotaView, QUOTA_TIMING, REDIS_TIMEOUT_MS, runScope, startFleet, type CallResult, type Fleet, type QuotaView } from './fleet.js'
+import { busiest } from './busiest.js'
 import { kindOf, PATHS, rateLimitsOf, type Command, type FaultKind, type FleetConfig, type PathKind, type RuleModel } from './schedule.js'
 
 /**
@@ -71,16 +72,6 @@ class ViolationError extends Error {
 
 const ruleIndexOf = (rules: RuleModel[], path: PathKind): number => rules.findIndex((r) => r.paths.includes(path))
 const maxWindowMs = (rules: RuleModel[]): number => Math.max(...rules.flatMap((r) => r.limits.map((l) => l.windowMs)))
-
-/** The most arrivals within any interval of `spanMs` (two pointers over sorted times), and where. */
-function busiest (times: number[], spanMs: number): { count: number, from: number } {
-  let best = { count: 0, from: 0 }
-  for (let i = 0, j = 0; j < times.length; j++) {
-    while ((times[j] ?? 0) - (times[i] ?? 0) > spanMs) i++
-    if (j - i + 1 > best.count) best = { count: j - i + 1, from: times[i] ?? 0 }
-  }
-  return best
-}
 
 interface Learned { rule: number, from: number, until: number, how: string }
 
