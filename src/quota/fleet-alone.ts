@@ -38,9 +38,12 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
   /**
    * Cut off for longer than RATE_LIMIT_ALONE_MAX_MS, counted from the send of the last script
    * Redis ran (it ran after it was sent): Redis ends this sidecar's hold that bound + a window
-   * after its presence, so nothing more may go out alone (redis-scripts.ts, timeEnded).
+   * after its presence, so nothing more may go out alone (redis-scripts.ts, timeEnded). On
+   * either clock: a suspended VM's monotonic clock stands still while Redis's time runs on; a
+   * wall clock stepped back is caught by the monotonic one.
    */
-  const ended = (now: number): boolean => now - view.renewedAt >= aloneMaxMs
+  const ended = (now: number): boolean =>
+    now - view.renewedAt >= aloneMaxMs || clock.wallNow() - view.renewedWallAt >= aloneMaxMs
 
   return {
     shareOf,

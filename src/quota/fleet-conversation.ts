@@ -8,7 +8,7 @@ import type { Ledger, OpenSend } from './ledger.js'
 import { newMemberId, UPSTREAM_SCOPE, type Cooldowns } from './store.js'
 import { redisAuthProblem, type Member, type ReassertLimit } from './redis-backend.js'
 import type { FleetStoreOptions } from './fleet-store.js'
-import type { FleetReport, FleetTiming, FleetView } from './fleet-view.js'
+import { renewed, type FleetReport, type FleetTiming, type FleetView } from './fleet-view.js'
 
 export interface ConversationOptions extends Pick<FleetStoreOptions, 'redis' | 'clock' | 'log' | 'metrics' | 'rules' | 'redisTimeoutMs' | 'onCooldown'> {
   view: FleetView
@@ -87,14 +87,14 @@ export function createConversation (options: ConversationOptions) {
       try {
         await redis.readClock()
         extendPresenceBound()
-        const sentAt = clock.now()
+        const sent = { at: clock.now(), wallAt: clock.wallNow() }
         const told = reassertion(options.rules, options.ledger)
         // Sends decided alone and still waiting are Redis's once the script runs, whatever reply
         // comes back (a late one too): placed from now, before it is sent.
-        options.placed(sendsIn(told), sentAt)
+        options.placed(sendsIn(told), sent.at)
         const reply = await redis.reassert(member, told, newMemberId(), !view.everShared)
         if (reply.late) throw new Error(`no answer within ${redisTimeoutMs} ms`)
-        view.renewedAt = Math.max(view.renewedAt, sentAt)
+        renewed(view, sent)
         if (reply.lost) {
           log.warn({ redis: redis.displayUrl }, 'rate-limit redis lost its data: every budget is refused for one window of its limits, then shared again')
           metrics.rateLimitRedisDataLost?.inc()
@@ -128,11 +128,11 @@ export function createConversation (options: ConversationOptions) {
   async function tick (): Promise<void> {
     if (view.state === 'shared') {
       extendPresenceBound()
-      const sentAt = clock.now()
+      const sent = { at: clock.now(), wallAt: clock.wallNow() }
       try {
         const reply = await redis.heartbeat(member, scopes)
         if (reply.code === 'ok') {
-          view.renewedAt = Math.max(view.renewedAt, sentAt)
+          renewed(view, sent)
           learn(reply)
           for (const [scope, ms] of reply.cooldowns) if (cooldowns.adopt(scope, ms)) onCooldown(scope)
         } else if (reply.code === 'epoch') {

@@ -31,7 +31,7 @@ import { createMemoryPolicyReport, type MemoryPolicy } from '../redis/memory-pol
 import { redisAuthProblem, type Member, type RedisStore } from './redis-backend.js'
 import { longestWindowMs, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
-import { createFleetReport, createFleetView, type FleetState, type FleetTiming } from './fleet-view.js'
+import { createFleetReport, createFleetView, renewed, type FleetState, type FleetTiming } from './fleet-view.js'
 import { createDepartures } from './fleet-departures.js'
 import { admit, createAlone } from './fleet-alone.js'
 import { createConversation } from './fleet-conversation.js'
@@ -81,6 +81,11 @@ export interface FleetStoreOptions {
   ledgerWhole?: boolean
   /** RATE_LIMIT_ALONE_MAX_MS: cut off for longer, nothing is spent alone (unset: no bound, as an earlier version). */
   aloneMaxMs?: number
+  /**
+   * How much later than its admission a send may reach TI (a wait for a connection, then
+   * connecting): the span told to Redis covers the last send alone arriving that late.
+   */
+  sendLatenessMs?: number
 }
 
 /** This sidecar as Redis knows it: what it tells with every script. */
@@ -90,7 +95,7 @@ function memberOf (options: FleetStoreOptions, timing: FleetTiming): Member {
     presenceTtlMs: timing.presenceTtlMs,
     fleetFloor: options.fleetFloor,
     epoch: '',
-    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules),
+    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules) + (options.sendLatenessMs ?? 0),
     vouches: options.memberId !== undefined && options.ledgerWhole === true
   }
 }
@@ -127,7 +132,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     conversation.extendPresenceBound()
     // Redis times the send no earlier than this: how late it leaves is measured from here, a
     // slow reply included (RETIME_AFTER_MS).
-    const askedAt = clock.now()
+    const sent = { at: clock.now(), wallAt: clock.wallNow() }
     let reply
     try {
       reply = await redis.take(member, scope, limits, id)
@@ -136,13 +141,13 @@ export function createFleetStore (options: FleetStoreOptions) {
       // The same id: should the take have run in Redis after all, the send counts once.
       return alone.take(scope, limits, id)
     }
-    if (reply.code !== 'late' && reply.code !== 'epoch') view.renewedAt = Math.max(view.renewedAt, askedAt)
+    if (reply.code !== 'late' && reply.code !== 'epoch') renewed(view, sent)
     switch (reply.code) {
       case 'ok':
         learn(reply)
         // A request of no rule (cool-downs only) has nothing Redis could count early.
-        if (limits.length > 0) departures.placedBy(id, askedAt)
-        return admit(ledger, scope, limits, id, askedAt)
+        if (limits.length > 0) departures.placedBy(id, sent.at)
+        return admit(ledger, scope, limits, id, sent.at)
       case 'cooldown':
         learn(reply)
         if (cooldowns.adopt(scope, reply.ms)) onCooldown(scope)

@@ -36,6 +36,11 @@ export interface FleetView {
    * however late its own timers fire (fleet-alone.ts).
    */
   renewedAt: number
+  /**
+   * The wall clock when `renewedAt`'s script was sent: a suspended VM's monotonic clock stands
+   * still while Redis's time runs on, so the bound is reached by whichever clock says so first.
+   */
+  renewedWallAt: number
   /** Monotonic ms until which an epoch too young to trust holds every budget. */
   graceUntil: number
   /** The grace of a first contact made at start: until then this sidecar has never had a tally to trust. */
@@ -58,6 +63,7 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     present: 0,
     presenceBound,
     renewedAt: -Infinity,
+    renewedWallAt: -Infinity,
     graceUntil: -Infinity,
     firstGraceUntil: undefined,
     starting: true,
@@ -65,6 +71,13 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     problem: undefined,
     reasserting: undefined
   }
+}
+
+/** A script Redis ran renewed this sidecar's presence: the latest sent one counts, on both clocks. */
+export function renewed (view: FleetView, sent: { at: number, wallAt: number }): void {
+  if (sent.at <= view.renewedAt) return
+  view.renewedAt = sent.at
+  view.renewedWallAt = sent.wallAt
 }
 
 export interface FleetReportOptions extends Pick<FleetStoreOptions, 'log' | 'metrics' | 'fleetFloor'> {
