@@ -84,9 +84,10 @@ local function widths (apply)
 end
 -- Lapsed entries whose sends alone are all out of every window by now (see the top), oldest
 -- first: those marked ENDED, and those ending now 'by' the widths not yet stored ('apply'
--- marks them). One lapsed longer than GHOST_KEEP_MS ends only by the count: the releases
--- it may stand for may be pruned unseen. Once ended, an entry never holds again: a release
--- after that comes from the ended first, and an ended one's sends alone are out of the windows.
+-- marks them). One lapsed longer than GHOST_KEEP_MS ends only by the count, marked or not:
+-- the releases it may stand for may have been pruned unseen (a week of an earlier version).
+-- Till then an ended entry holds nothing again: a release after that comes from the ended
+-- first, and an ended one's sends alone are out of the windows.
 local function timeEnded (by, apply)
   local out = {}
   local l = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
@@ -95,7 +96,7 @@ local function timeEnded (by, apply)
     local at, span, wider = tonumber(l[i + 1]), spanIn(told, l[i + 1]), by[l[i]]
     if wider == false then span = nil elseif span ~= nil and wider ~= nil and wider > span then span = wider end
     local mark = tonumber(string.match(told or '', '^ended:(%d+)$'))
-    if mark ~= nil and mark == at and wider ~= false then
+    if mark ~= nil and mark == at and wider ~= false and now - at < ${GHOST_KEEP_MS} then
       out[#out + 1] = l[i]
     elseif mark ~= nil then
       if apply then redis.call('HDEL', KEYS[9], l[i]) end
