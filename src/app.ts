@@ -25,10 +25,10 @@ import { createCredentialReader, credentialOrigin, type ReadFile } from './token
 import { createTokenClient, tokenEndpointUrl } from './token/token-client.js'
 import { createTokenManager, type TokenManager } from './token/token-manager.js'
 import { createIdempotency, type IdempotencyTiming } from './idempotency/create.js'
-import { UPSTREAM_CONNECT_TIMEOUT_MS } from './config/schema.js'
 
 /** Connections kept to the upstream; requests beyond them queue rather than open more. */
 export const UPSTREAM_CONNECTIONS = 128
+export const UPSTREAM_CONNECT_TIMEOUT_MS = 10_000
 /** While shutting down, how often connections that became idle are closed. */
 export const IDLE_SWEEP_MS = 100
 

@@ -17,8 +17,6 @@ export const DEFAULT_KEEP_ALIVE_TIMEOUT_MS = 72_000
 export const DEFAULT_IDLE_TIMEOUT_MS = 120_000
 export const DEFAULT_UPSTREAM_QUEUE_TIMEOUT_MS = 5_000
 export const DEFAULT_UPSTREAM_QUEUE_LIMIT = 1_000
-/** The longest a connection to TI or the auth server may take to open (no setting; less with a shorter timeout). */
-export const UPSTREAM_CONNECT_TIMEOUT_MS = 10_000
 export const DEFAULT_RATE_LIMIT_MAX_WAIT_MS = 1_000
 export const DEFAULT_RATE_LIMIT_COOLDOWN_MS = 1_000
 export const DEFAULT_RATE_LIMIT_COOLDOWN_MAX_MS = 60 * 60_000

@@ -10,7 +10,6 @@ import { trimCredential } from '../config/credentials.js'
 import type { Config } from '../config/load.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import { rereadRedisUrl } from '../config/rate-limits.js'
-import { UPSTREAM_CONNECT_TIMEOUT_MS } from '../config/schema.js'
 import { readSecretFile, readSecretFileSync } from '../config/secret-file.js'
 import type { Metrics } from '../metrics.js'
 import type { ReadFile } from '../token/credentials.js'
@@ -72,8 +71,6 @@ export async function createQuota (config: Config, deps: QuotaDependencies, metr
       fleetFloor: rateLimits.fleetSize,
       // 0: no bound, and no span told to Redis (its entry ends only by the count).
       ...(rateLimits.aloneMaxMs > 0 ? { aloneMaxMs: rateLimits.aloneMaxMs } : {}),
-      // A send admitted reaches TI at most this much later: a wait for a connection, then connecting.
-      sendLatenessMs: config.upstream.queueTimeoutMs + Math.min(UPSTREAM_CONNECT_TIMEOUT_MS, config.upstream.timeoutMs),
       ...(quotaTiming === undefined ? {} : { timing: quotaTiming }),
       onCooldown
     })

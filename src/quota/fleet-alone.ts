@@ -47,7 +47,8 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
 
   return {
     shareOf,
-    ended,
+    /** Cut off now, counted present once, and past the bound: nothing decided alone may go out (fleet-departures.ts, /status). */
+    endedNow: (): boolean => view.state !== 'shared' && view.everShared && ended(clock.now()),
 
     /**
      * A take decided without Redis: the share, from one window after Redis last counted this

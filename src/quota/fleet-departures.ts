@@ -14,7 +14,9 @@
 // A send Redis admitted (or was told of again) that leaves late while Redis cannot be told
 // (degraded, or a command unanswered past its timeout) would be counted by the fleet from where Redis last
 // placed it, earlier than TI counts it: another sidecar could spend its place while TI still
-// counts it. It is refused instead, unsent.
+// counts it. It is refused instead, unsent. So is a send decided alone that leaves once the
+// alone bound has passed (a stalled STATE_DIR write, a slow connect): Redis ends this
+// sidecar's hold a window after the bound, and TI would count it past that.
 import type { Clock } from '../clock.js'
 import type { Limit } from '../config/rate-limit-rules.js'
 import { PENDING_HOLD_MS, type Ledger, type OpenSend } from './ledger.js'
@@ -45,6 +47,8 @@ export interface DeparturesOptions {
    * Redis may be frozen while still counted shared, and a re-time sent now may never land.
    */
   quietMs: number
+  /** Cut off for longer than RATE_LIMIT_ALONE_MAX_MS now: a send decided alone must not leave (fleet-alone.ts). */
+  aloneEnded: () => boolean
 }
 
 /** One rule's sends waiting to leave, each with when the ledger stops holding it; renewed by one timer. */
@@ -58,10 +62,12 @@ interface Waiting {
 /** Most send ids renewed in one script (a rule may have thousands waiting behind a full pool). */
 const RENEW_BATCH = 1_000
 
-export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs }: DeparturesOptions) {
+export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs, aloneEnded }: DeparturesOptions) {
   const waiting = new Map<string, Waiting>()
   /** Sends Redis admitted and that have not left: no earlier than when Redis last placed each (its take, or a renewal it answered). */
   const placed = new Map<string, number>()
+  /** Sends decided alone (cut off from Redis) that have not left. */
+  const alone = new Set<string>()
   let closed = false
 
   /** Tells Redis the sends leave now, while shared. Fire and forget, as a refund: a re-time Redis misses leaves them at their last time there. */
@@ -117,6 +123,7 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
 
   function settled (scope: string, id: string): void {
     placed.delete(id)
+    alone.delete(id)
     const rule = waiting.get(scope)
     if (rule === undefined || !rule.ids.delete(id) || rule.ids.size > 0) return
     rule.cancel?.()
@@ -124,7 +131,9 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
   }
 
   const renewed = (scope: string, limits: readonly Limit[], taken: Take, askedAt: number): Take => {
-    if (taken.kind === 'ok' && taken.id !== '') admitted(scope, limits, taken.id, askedAt)
+    if (taken.kind !== 'ok' || taken.id === '') return taken
+    if (taken.alone === true && !closed) alone.add(taken.id)
+    admitted(scope, limits, taken.id, askedAt)
     return taken
   }
 
@@ -150,11 +159,13 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
     /**
      * Its request is about to be written: it counts from now; Redis is told only when it waited
      * (no round trip on the common path). Or it must not go (Store.leaving): held past the
-     * ledger's hold, or Redis admitted it, it waited since Redis last placed it, and Redis
-     * cannot be told now (its point is then given back with `refund`, nothing written).
+     * ledger's hold; decided alone, and the alone bound has passed; or Redis admitted it, it
+     * waited since Redis last placed it, and Redis cannot be told now (its point is then given
+     * back with `refund`, nothing written).
      */
     leaving (scope: string, limits: readonly Limit[], id: string): Stopped | undefined {
       if (ledger.heldPast(scope, limits, id)) return HELD_PAST
+      if (alone.has(id) && aloneEnded()) return { reason: 'degraded', ms: retryMs, aloneEnded: true }
       const placedAt = placed.get(id)
       const now = clock.now()
       if (placedAt !== undefined && now - placedAt >= RETIME_AFTER_MS && (view.state !== 'shared' || redis.unansweredFor() > quietMs)) {
@@ -171,6 +182,7 @@ export function createDepartures ({ clock, ledger, redis, view, retryMs, quietMs
       for (const rule of waiting.values()) rule.cancel?.()
       waiting.clear()
       placed.clear()
+      alone.clear()
     }
   }
 }

@@ -81,11 +81,6 @@ export interface FleetStoreOptions {
   ledgerWhole?: boolean
   /** RATE_LIMIT_ALONE_MAX_MS: cut off for longer, nothing is spent alone (unset: no bound, as an earlier version). */
   aloneMaxMs?: number
-  /**
-   * How much later than its admission a send may reach TI (a wait for a connection, then
-   * connecting): the span told to Redis covers the last send alone arriving that late.
-   */
-  sendLatenessMs?: number
 }
 
 /** This sidecar as Redis knows it: what it tells with every script. */
@@ -95,7 +90,7 @@ function memberOf (options: FleetStoreOptions, timing: FleetTiming): Member {
     presenceTtlMs: timing.presenceTtlMs,
     fleetFloor: options.fleetFloor,
     epoch: '',
-    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules) + (options.sendLatenessMs ?? 0),
+    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules),
     vouches: options.memberId !== undefined && options.ledgerWhole === true
   }
 }
@@ -115,7 +110,8 @@ export function createFleetStore (options: FleetStoreOptions) {
   const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl, largestDeclared: () => member.sizes?.hi ?? 0 })
   const { setState, learn } = reporting
   // From admission until its request is written or given up (fleet-departures.ts).
-  const departures = createDepartures({ clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: redisTimeoutMs })
+  // aloneEnded is asked only as a send leaves: alone is made below, after the conversation it probes through.
+  const departures = createDepartures({ clock, ledger, redis, view, retryMs: timing.heartbeatMs, quietMs: redisTimeoutMs, aloneEnded: () => alone.endedNow() })
   const conversation = createConversation({
     view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown, placed: departures.reasserted
   })
@@ -198,8 +194,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     status (): FleetStatus {
       const { state, present, problem, graceUntil } = view
       const settling = state === 'shared' && clock.now() < graceUntil
-      const aloneEnded = state !== 'shared' && view.everShared && alone.ended(clock.now())
-      return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, aloneEnded, memory: memory.current() }
+      return { state: settling ? 'settling' : state, size: reporting.spenders(), present, declared: fleetFloor, problem, starting: settling && graceUntil === view.firstGraceUntil, aloneEnded: alone.endedNow(), memory: memory.current() }
     },
     /** Share of a limit while cut off from Redis (floor(limit / the fleet size or the largest declared); none without RATE_LIMIT_FLEET_SIZE). */
     share: (limit: Limit): number => alone.shareOf(limit),

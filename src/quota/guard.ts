@@ -32,7 +32,7 @@ export type Verdict =
   /** The caller left while waiting for its budget: nothing was spent, nothing is sent. */
   | { readonly ok: false, readonly reason: 'gone' }
 
-/** Why a refusal is not the usual spent budget or share: at most one is set (store.ts, Take). */
+/** Why a refusal is not the usual spent budget or share: at most one is set, but `late` may come with `aloneEnded` (store.ts). */
 interface RefusalCause {
   readonly lost?: true
   readonly aloneEnded?: true
@@ -181,7 +181,9 @@ function describe (verdict: Extract<Verdict, { retryAfterMs: number }>): { messa
 function refusedBecause (verdict: Extract<Verdict, { retryAfterMs: number }>, name: string): string {
   if (verdict.reason === 'cooldown') return `${name} is in a cool-down after the gateway's rate-limit answer`
   if (verdict.late === true) {
-    const why = verdict.reason === 'degraded' ? 'rate-limit redis stopped answering' : 'it waited over a minute'
+    const why = verdict.aloneEnded === true
+      ? 'cut off from rate-limit redis for longer than RATE_LIMIT_ALONE_MAX_MS'
+      : verdict.reason === 'degraded' ? 'rate-limit redis stopped answering' : 'it waited over a minute'
     return `the request of ${name} waited to be sent until the tally could no longer count it where it was admitted (${why}), so it was not sent`
   }
   return verdict.reason === 'budget' ? `the budget of ${name} is spent` : withoutRedis(verdict, name)
@@ -313,7 +315,7 @@ export function createQuotaGuard ({ config, clock, log, metrics, fleet: createFl
     leaving (ticket: Ticket | undefined): Verdict | undefined {
       if (ticket === undefined) return undefined
       const stopped = store.leaving(ticket.scope, ticket.limits, ticket.id)
-      return stopped === undefined ? undefined : refuse(ticket.scope, stopped.reason, stopped.ms, { late: true })
+      return stopped === undefined ? undefined : refuse(ticket.scope, stopped.reason, stopped.ms, stopped.aloneEnded === true ? { late: true, aloneEnded: true } : { late: true })
     },
     /** The upstream's final answer began: a 429 starts a cool-down. */
     answered (rule: Rule | undefined, answer: Answer): void {

@@ -33,6 +33,8 @@ export type Take =
 export interface Stopped {
   readonly reason: 'budget' | 'degraded'
   readonly ms: number
+  /** Decided alone, and cut off for longer than RATE_LIMIT_ALONE_MAX_MS by the time it leaves. */
+  readonly aloneEnded?: true
 }
 
 /** A send held past the ledger's hold (a stalled STATE_DIR write, say): asked again in a second. */
@@ -62,8 +64,8 @@ export interface Store {
   /**
    * The send's request is about to be written: it counts from now, not from its admission.
    * Or it must not go, because the tally may count it from earlier than now: it waited past
-   * the ledger's hold (`budget`), or Redis placed it and cannot be told (`degraded`); its
-   * point is then given back with `refund`.
+   * the ledger's hold (`budget`), or Redis placed it and cannot be told, or it was decided
+   * alone and the alone bound has passed (`degraded`); its point is then given back with `refund`.
    */
   leaving: (scope: string, limits: readonly Limit[], id: string) => Stopped | undefined
   /** Starts (or lengthens) the scope's cool-down here, and in the fleet when shared; the ms until it ends here. */

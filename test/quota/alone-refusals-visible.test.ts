@@ -49,9 +49,10 @@ async function cutOffGuard (t: Test, { failingDisk = false } = {}) {
   return { f, guard, lastSent, refused, admit: async () => await guard.admit(f.rule, STAYING) }
 }
 
-t.test('past RATE_LIMIT_ALONE_MAX_MS: /status aloneEnded, every share 0, reason alone_ended, a /readyz note', async (t) => {
+t.test('past RATE_LIMIT_ALONE_MAX_MS: /status aloneEnded, every share 0, reason alone_ended (at admission or as it leaves), a /readyz note', async (t) => {
   const { f, guard, lastSent, refused, admit } = await cutOffGuard(t)
-  t.match(await admit(), { ok: true }, 'alone, within the bound: its share')
+  const waiting = await admit()
+  t.match(waiting, { ok: true }, 'alone, within the bound: its share')
   t.match(guard.status(), { aloneEnded: false, rules: [{ share: [3] }] })
   await f.c.tick(lastSent + BOUND_MS - f.c.clock.now())
   const verdict = await admit()
@@ -61,6 +62,12 @@ t.test('past RATE_LIMIT_ALONE_MAX_MS: /status aloneEnded, every share 0, reason 
   t.match(guard.status(), { degraded: true, aloneEnded: true, rules: [{ share: [0] }] }, 'no share while it holds')
   t.equal(await refused('alone_ended'), 1)
   t.equal(await refused('degraded'), 0, 'not counted as a share spent')
+  // The one admitted within the bound has not left yet: refused as it leaves, unsent.
+  const late = guard.leaving(waiting.ok ? waiting.ticket : undefined)
+  t.match(late, { ok: false, reason: 'degraded', late: true, aloneEnded: true })
+  if (late === undefined || late.ok || late.reason === 'gone') throw new Error('not refused as it left')
+  t.match(guard.describe(late).message, /waited to be sent .*\(cut off from rate-limit redis for longer than RATE_LIMIT_ALONE_MAX_MS\), so it was not sent/)
+  t.equal(await refused('alone_ended'), 2, 'counted as past the bound')
   t.match(guard.readinessNote(), /cut off for longer than RATE_LIMIT_ALONE_MAX_MS, budgeted requests are refused until it answers/)
 
   f.double.script.down = undefined

@@ -30,16 +30,24 @@ function setup (t: Test, rules: string) {
   const view = createFleetView(2, 0)
   view.state = 'shared'
   const ledger = createLedger(c.clock)
-  const departures = createDepartures({ clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 200 })
+  /** Cut off for longer than the alone bound: off unless told. */
+  let pastBound = false
+  const departures = createDepartures({ clock: c.clock, ledger, redis, view, retryMs: 1_000, quietMs: 200, aloneEnded: () => pastBound })
   t.teardown(() => { departures.close() })
   const rule = parseRules(rules, 'RATE_LIMITS').rules[0]
   if (rule === undefined) throw new Error('a rule')
   let n = 0
   /** The take's reply comes this many ms after it was asked (0: at once). */
   let replyMs = 0
+  /** The next take is decided alone (as fleet-alone.ts does: no placedBy). */
+  let alone = false
   const take = departures.renewing((scope, limits): Take | Promise<Take> => {
     const id = `s${++n}`
     const askedAt = c.clock.now()
+    if (alone) {
+      ledger.record(scope, limits, id)
+      return { kind: 'ok', id, alone: true }
+    }
     const admitted = (): Take => {
       // As the fleet store does for a take Redis decided.
       departures.placedBy(id, askedAt)
@@ -53,7 +61,16 @@ function setup (t: Test, rules: string) {
     if (taken.kind !== 'ok') throw new Error('admitted')
     return taken.id
   }
-  return { c, calls, view, ledger, departures, rule, admit, take, slowReplies: (ms: number) => { replyMs = ms }, cutOff: () => { cut = true }, unanswered: (since: number | undefined) => { unansweredSince = since } }
+  const admitAlone = (): string => {
+    alone = true
+    try {
+      return admit()
+    } finally {
+      alone = false
+    }
+  }
+  const controls = { slowReplies: (ms: number) => { replyMs = ms }, cutOff: () => { cut = true }, unanswered: (since: number | undefined) => { unansweredSince = since }, pastBound: () => { pastBound = true } }
+  return { c, calls, view, ledger, departures, rule, admit, admitAlone, take, ...controls }
 }
 
 t.test('renewed every half of the shortest window while it waits; once more when it leaves late; then never', async (t) => {
@@ -197,4 +214,20 @@ t.test('held past the ledger\'s hold, a send is refused as it leaves whatever Re
   t.same(departures.leaving(rule.id, rule.limits, id), { reason: 'budget', ms: 1_000 })
   // A request of no rule has an id through Redis, and no limit to hold it: it goes.
   t.equal(departures.leaving('upstream', [], 'free-1'), undefined)
+})
+
+t.test('decided alone, a send is refused as it leaves once the alone bound has passed, however it waited; one Redis admitted is not', async (t) => {
+  const { c, view, ledger, departures, rule, admit, admitAlone, cutOff, pastBound } = setup(t, 'GET /a 5/1s')
+  const placed = admit()
+  cutOff()
+  view.state = 'degraded'
+  const early = admitAlone()
+  const late = admitAlone()
+  await c.tick(10)
+  t.equal(departures.leaving(rule.id, rule.limits, early), undefined, 'before the bound: it goes')
+  pastBound()
+  t.same(departures.leaving(rule.id, rule.limits, late), { reason: 'degraded', ms: 1_000, aloneEnded: true }, 'past the bound: refused, unsent')
+  departures.refund(rule.id, rule.limits, late)
+  t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 2, 'given back: the one that left and the one Redis admitted remain')
+  t.equal(departures.leaving(rule.id, rule.limits, placed), undefined, 'admitted by Redis, leaving within the margin: the bound is not its concern')
 })

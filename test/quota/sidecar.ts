@@ -101,3 +101,19 @@ export { eventually } from '../helpers/eventually.js'
 
 /** Where the sidecar's budgets and cool-downs live now, from /status. */
 export const backendOf = async (s: QuotaSidecar): Promise<string> => ((await s.status()).rateLimits as { backend: string }).backend
+
+/**
+ * Shared through Redis (a send through it), then Redis stopped, until a send is admitted alone:
+ * when Redis stopped (wall ms). A take late on a busy machine is decided alone and refused (the
+ * share not yet safe): each step asks again.
+ */
+export async function spendingAlone (t: Test, s: QuotaSidecar, redis: { stop: () => Promise<void> }, path: string): Promise<number> {
+  await eventually(t, 'shared through Redis', async () => (await backendOf(s)) === 'redis')
+  let m = 0
+  await eventually(t, 'a send through Redis', async () => (await s.call(path, `shared${m++}`)).status === 200)
+  await redis.stop()
+  const stoppedAt = Date.now()
+  let n = 0
+  await eventually(t, 'spending alone', async () => (await s.call(path, `alone${n++}`)).status === 200)
+  return stoppedAt
+}
