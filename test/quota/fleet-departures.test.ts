@@ -231,3 +231,20 @@ t.test('decided alone, a send is refused as it leaves once the alone bound has p
   t.equal(ledger.used(rule.id, rule.limits[0] as Limit), 2, 'given back: the one that left and the one Redis admitted remain')
   t.equal(departures.leaving(rule.id, rule.limits, placed), undefined, 'admitted by Redis, leaving within the margin: the bound is not its concern')
 })
+
+t.test('decided alone, then told Redis by a reassertion: placed from it, and still refused past the alone bound', async (t) => {
+  const { c, view, departures, rule, admitAlone, cutOff, pastBound, unanswered } = setup(t, 'GET /a 5/1s')
+  const limit = rule.limits[0] as Limit
+  cutOff()
+  view.state = 'degraded'
+  const [first, second] = [admitAlone(), admitAlone()]
+  view.state = 'shared'
+  departures.reasserted([first, second].map((id) => ({ scope: rule.id, limit, id, ageMs: 0 })), c.clock.now())
+  await c.tick(RETIME_AFTER_MS)
+  unanswered(c.clock.now() - 300)
+  t.same(departures.leaving(rule.id, rule.limits, first), { reason: 'degraded', ms: 1_000 }, 'placed by the reassertion: late while Redis is quiet, refused')
+  unanswered(undefined)
+  view.state = 'degraded'
+  pastBound()
+  t.same(departures.leaving(rule.id, rule.limits, second), { reason: 'degraded', ms: 1_000, aloneEnded: true }, 'cut off again past the bound: refused as a send decided alone')
+})
