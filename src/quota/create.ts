@@ -16,7 +16,7 @@ import type { ReadFile } from '../token/credentials.js'
 import type { FleetStore, FleetTiming } from './fleet-store.js'
 import { createQuotaGuard, type QuotaGuard } from './guard.js'
 import { createLedger } from './ledger.js'
-import { createLedgerWriter, readLedgerFile, restoreLedger } from './ledger-file.js'
+import { createLedgerWriter, readLedgerFile, restoreLedger, vouchesFor } from './ledger-file.js'
 import { exportBudgets } from './rate-limit-fields.js'
 import { newMemberId } from './store.js'
 
@@ -118,7 +118,5 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
   const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
-  // Every send of the file restored (none of a rule or limit no longer configured): it vouches for the earlier runs.
-  const whole = loaded.state === 'loaded' && restored === loaded.sends.length
-  return { ledger, member, whole, save: createLedgerWriter(dir, member, ledger, clock).save }
+  return { ledger, member, whole: vouchesFor(loaded, restored), save: createLedgerWriter(dir, member, ledger, clock).save }
 }

@@ -56,9 +56,10 @@ export function readLedgerFile (dir: string): LoadedLedger {
 
 /**
  * Puts what the file says into the ledger, on this process's monotonic clock. A send of a
- * rule or limit no longer configured is dropped; one dated in the future (a wall clock stepped
- * back) counts from now. A corrupt file is the worst case: every limit is taken as spent as
- * far as this sidecar could spend it alone (`capacity`), from now, for its window.
+ * rule or limit no longer configured is dropped; one dated in the future (not left when
+ * written, or a wall clock stepped back) counts from now: the run that could send it is gone.
+ * A corrupt file is the worst case: every limit is taken as spent as far as this sidecar could
+ * spend it alone (`capacity`), from now, for its window.
  */
 export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: readonly Rule[], clock: Clock, capacity: (limit: Limit) => number): number {
   const now = clock.now()
@@ -84,6 +85,15 @@ export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: read
 }
 
 /**
+ * Whether the file read vouches for the earlier runs: it holds every send they made alone, so
+ * their lapse in Redis may end when it is told (redis-scripts.ts, endsWithRun). Every send of
+ * it restored: none is of a rule or limit no longer configured.
+ */
+export function vouchesFor (loaded: LoadedLedger, restored: number): boolean {
+  return loaded.state === 'loaded' && restored === loaded.sends.length
+}
+
+/**
  * Writes the ledger's open sends, one write at a time: a save asked while one is under way
  * joins the next, which reads the ledger when it starts, so it holds every send recorded before.
  */
@@ -96,7 +106,9 @@ export function createLedgerWriter (dir: string, member: string, ledger: Ledger,
 
   async function write (): Promise<void> {
     const wall = clock.wallNow()
-    const sends: StoredSend[] = ledger.open().map((s) => ({ scope: s.scope, limit: s.limit.text, id: s.id, at: wall - s.ageMs }))
+    // One not left yet is stored at the latest it may leave: it counts from its departure, and
+    // nothing may write the file between that and a crash.
+    const sends: StoredSend[] = ledger.open().map((s) => ({ scope: s.scope, limit: s.limit.text, id: s.id, at: wall + (s.leavesWithinMs ?? -s.ageMs) }))
     const file = await open(temporary, 'w', 0o600)
     try {
       await file.writeFile(JSON.stringify({ version: FORMAT, member, sends }))
@@ -163,8 +175,8 @@ export function persistingStore (store: Store, save: () => Promise<void>, log: L
       return take instanceof Promise ? take.then((t) => after(scope, limits, t)) : after(scope, limits, take)
     },
     refund: (scope, limits, id) => { store.refund(scope, limits, id) },
-    // No wait before the send: its new time is in the next write (until then the file has it
-    // leaving at that write, or at its admission: a restart meanwhile counts it a little early).
+    // No wait before the send: its time is in the next write (until then the file has it at the
+    // latest it could leave: a restart meanwhile counts it from then, or from the restart).
     leaving: (scope, limits, id) => store.leaving(scope, limits, id),
     coolDown: (scope, request) => store.coolDown(scope, request),
     failing: () => failing

@@ -25,6 +25,8 @@ export interface OpenSend {
   readonly limit: Limit
   readonly id: string
   readonly ageMs: number
+  /** Not left yet (age 0): it leaves within this many ms, or never (past its hold it is refused). */
+  readonly leavesWithinMs?: number
 }
 
 /**
@@ -62,7 +64,7 @@ export interface Ledger {
   refund: (scope: string, limits: readonly Limit[], id: string) => void
   /** How many of this sidecar's sends are inside `limit`'s window for `scope` now. */
   used: (scope: string, limit: Limit) => number
-  /** Every send still inside a window, oldest first per limit (one not left yet: age 0). */
+  /** Every send still inside a window, oldest first per limit (one not left yet: age 0, and how long it may still leave). */
   open: () => OpenSend[]
   /** Puts back a send an earlier run made (ledger-file.ts), admitted at monotonic `at`, in order. */
   restore: (scope: string, limit: Limit, id: string, at: number) => void
@@ -181,7 +183,7 @@ export function createLedger (clock: Clock): Ledger {
       const log = live(scope, limit, now)
       if (log === undefined) continue
       for (const send of log.sent) out.push({ scope, limit, id: send.id, ageMs: now - send.at })
-      for (const send of log.waiting) out.push({ scope, limit, id: send.id, ageMs: 0 })
+      for (const send of log.waiting) out.push({ scope, limit, id: send.id, ageMs: 0, leavesWithinMs: send.at + PENDING_HOLD_MS - now })
     }
     return out
   }
