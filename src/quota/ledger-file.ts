@@ -16,13 +16,19 @@ import { newMemberId, type Store, type Take } from './store.js'
 /** Under STATE_DIR: each user of the directory keeps to a subdirectory of its own. */
 export const LEDGER_PATH = join('quota', 'ledger.json')
 const FORMAT = 1
+/**
+ * Set by this version's writer only: its run sent nothing alone that the file does not hold
+ * (persistingStore). The earlier version's run sent on when a write failed: its file is read,
+ * its sends counted, but it vouches for nothing (`vouchesFor`).
+ */
+const ALONE_RECORDED = 'aloneRecorded'
 
 /** A send as stored: `at` in wall-clock ms (a monotonic reading means nothing to the next process). */
 export interface StoredSend { scope: string, limit: string, id: string, at: number }
 
 export type LoadedLedger =
-  /** The earlier run's member id and open sends. */
-  | { state: 'loaded', member: string, sends: StoredSend[] }
+  /** The earlier run's member id and open sends; `aloneRecorded`: see ALONE_RECORDED. */
+  | { state: 'loaded', member: string, sends: StoredSend[], aloneRecorded: boolean }
   /** No file: the first start with this directory (a new pod, a new emptyDir). */
   | { state: 'missing' }
   /** Unreadable, not JSON, or not this format: the earlier run's sends are unknown. */
@@ -47,11 +53,11 @@ export function readLedgerFile (dir: string): LoadedLedger {
   } catch {
     return { state: 'corrupt', reason: 'not JSON' }
   }
-  const { version, member, sends } = (doc ?? {}) as { version?: unknown, member?: unknown, sends?: unknown }
+  const { version, member, sends, [ALONE_RECORDED]: aloneRecorded } = (doc ?? {}) as { version?: unknown, member?: unknown, sends?: unknown, [ALONE_RECORDED]?: unknown }
   if (version !== FORMAT || typeof member !== 'string' || !Array.isArray(sends) || !sends.every(isSend)) {
     return { state: 'corrupt', reason: `not a format ${FORMAT} ledger` }
   }
-  return { state: 'loaded', member, sends }
+  return { state: 'loaded', member, sends, aloneRecorded: aloneRecorded === true }
 }
 
 /**
@@ -86,11 +92,11 @@ export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: read
 
 /**
  * Whether the file read vouches for the earlier runs: it holds every send they made alone, so
- * their lapse in Redis may end when it is told (redis-scripts.ts, endsWithRun). Every send of
- * it restored: none is of a rule or limit no longer configured.
+ * their lapse in Redis may end when it is told (redis-scripts.ts, endsWithRun). Written by this
+ * version, and every send of it restored: none is of a rule or limit no longer configured.
  */
 export function vouchesFor (loaded: LoadedLedger, restored: number): boolean {
-  return loaded.state === 'loaded' && restored === loaded.sends.length
+  return loaded.state === 'loaded' && loaded.aloneRecorded && restored === loaded.sends.length
 }
 
 /**
@@ -111,7 +117,7 @@ export function createLedgerWriter (dir: string, member: string, ledger: Ledger,
     const sends: StoredSend[] = ledger.open().map((s) => ({ scope: s.scope, limit: s.limit.text, id: s.id, at: wall + (s.leavesWithinMs ?? -s.ageMs) }))
     const file = await open(temporary, 'w', 0o600)
     try {
-      await file.writeFile(JSON.stringify({ version: FORMAT, member, sends }))
+      await file.writeFile(JSON.stringify({ version: FORMAT, member, sends, [ALONE_RECORDED]: true }))
       await file.sync()
     } finally {
       await file.close()
