@@ -2,12 +2,31 @@
 // limit (floor(limit / the fleet size or the largest declared); none without
 // RATE_LIMIT_FLEET_SIZE), and from when it is safe to spend. Part of the fleet's store
 // (fleet-store.ts), loaded only with Redis.
-import type { Limit } from '../config/rate-limit-rules.js'
+import { longestWindowMs, type Limit, type Rule } from '../config/rate-limit-rules.js'
 import type { Ledger } from './ledger.js'
 import { ledgerBudget, type Remaining } from './rate-limit-fields.js'
 import type { Take } from './store.js'
 import type { FleetStoreOptions } from './fleet-store.js'
 import type { FleetTiming, FleetView } from './fleet-view.js'
+
+/**
+ * How much faster Redis's clock (and TI's) may run than a sidecar's, as a fraction: NTP keeps a
+ * disciplined clock's frequency within 500 ppm of true (ntpd's tolerance, the kernel's slew
+ * rate), so two such clocks tick alike within 0.1 %.
+ */
+export const CLOCK_RATE_MARGIN = 0.001
+
+/**
+ * The span a sidecar tells Redis (0: none, no bound): its hold ends that long after its
+ * presence. It spends alone for at most `aloneMaxMs` by its own clocks, and its last send
+ * counts for the longest window after; the margin covers Redis's clock running that much
+ * faster over both, which the presence TTL (3 s) alone does not over days.
+ */
+export function aloneSpanMs (aloneMaxMs: number | undefined, rules: readonly Rule[]): number {
+  if (aloneMaxMs === undefined) return 0
+  const span = aloneMaxMs + longestWindowMs(rules)
+  return span + Math.ceil(span * CLOCK_RATE_MARGIN)
+}
 
 /**
  * A send admitted (by Redis or alone): the ledger holds it either way, the insurance for an
@@ -37,7 +56,7 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
   const oneOfOne = (): boolean => fleetFloor === 1 && spenders() === 1
   /**
    * Cut off for longer than RATE_LIMIT_ALONE_MAX_MS, counted from the send of the last script
-   * Redis ran (it ran after it was sent): Redis ends this sidecar's hold that bound + a window
+   * Redis ran (it ran after it was sent): Redis ends this sidecar's hold its span (aloneSpanMs)
    * after its presence, so nothing more may go out alone (redis-scripts.ts, timeEnded). On
    * either clock: a suspended VM's monotonic clock stands still while Redis's time runs on; a
    * wall clock stepped back is caught by the monotonic one.

@@ -29,11 +29,11 @@ import { createLedger, type Ledger } from './ledger.js'
 import type { Remaining } from './rate-limit-fields.js'
 import { createMemoryPolicyReport, type MemoryPolicy } from '../redis/memory-policy.js'
 import { redisAuthProblem, type Member, type RedisStore } from './redis-backend.js'
-import { longestWindowMs, type Limit, type Rule } from '../config/rate-limit-rules.js'
+import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import { createCooldowns, createSendIds, newMemberId, NOTHING_TAKEN, type CooldownRequest, type Cooldowns, type Store, type Take } from './store.js'
 import { createFleetReport, createFleetView, renewed, type FleetState, type FleetTiming } from './fleet-view.js'
 import { createDepartures } from './fleet-departures.js'
-import { admit, createAlone } from './fleet-alone.js'
+import { admit, aloneSpanMs, createAlone } from './fleet-alone.js'
 import { createConversation } from './fleet-conversation.js'
 
 export type { FleetState, FleetTiming }
@@ -90,7 +90,7 @@ function memberOf (options: FleetStoreOptions, timing: FleetTiming): Member {
     presenceTtlMs: timing.presenceTtlMs,
     fleetFloor: options.fleetFloor,
     epoch: '',
-    aloneSpanMs: options.aloneMaxMs === undefined ? 0 : options.aloneMaxMs + longestWindowMs(options.rules),
+    aloneSpanMs: aloneSpanMs(options.aloneMaxMs, options.rules),
     vouches: options.memberId !== undefined && options.ledgerWhole === true
   }
 }
