@@ -52,9 +52,20 @@ function validatorFor (schema: object): ValidateFunction {
   return validate
 }
 
+/**
+ * A whole number as written: decimal digits (a minus sign, for a bound to say no), blanks
+ * around them as Ajv allows. Ajv's coercion alone also takes ' ' (as 0), '0x10', '1e3', '+5'.
+ */
+const WHOLE_NUMBER = /^\s*-?\d+\s*$/
+
 /** Types and defaults `env` by `schema`; throws an error carrying Ajv's errors (see schemaProblems). */
 export function parseEnv<S extends object> (schema: S, env: Env): EnvOf<S> {
-  const data = { ...env }
+  const data: Record<string, unknown> = { ...env }
+  const properties = (schema as { properties?: Record<string, { type?: unknown }> }).properties ?? {}
+  for (const [name, value] of Object.entries(data)) {
+    // NaN is no number Ajv coerces: its error ('type', "in digits") comes in the schema's order.
+    if (properties[name]?.type === 'integer' && typeof value === 'string' && !WHOLE_NUMBER.test(value)) data[name] = Number.NaN
+  }
   const validate = validatorFor(schema)
   if (!validate(data)) throw Object.assign(new Error('the environment does not match the schema'), { errors: validate.errors })
   return data as EnvOf<S>

@@ -33,6 +33,16 @@ t.test('at most 30 days, and past it the reason', async (t) => {
   t.same(problemsOf({ RATE_LIMIT_ALONE_MAX_MS: '-1' }), ['RATE_LIMIT_ALONE_MAX_MS: must be at least 0'])
 })
 
+t.test('decimal digits only: what Ajv alone would read as a number is a problem', async (t) => {
+  const notDigits = 'RATE_LIMIT_ALONE_MAX_MS: must be a whole number of milliseconds, in digits (30000 is 30 s)'
+  // ' ' read as 0 would turn the bound off; '0x10' as 16, a bound of 16 ms.
+  for (const value of ['', ' ', '\t', '0x10', '1e3', '1.5', '+5', '5000ms', '5 000']) {
+    t.same(problemsOf({ RATE_LIMIT_ALONE_MAX_MS: value }), [notDigits], JSON.stringify(value))
+  }
+  t.equal(aloneMaxMs({ RATE_LIMIT_ALONE_MAX_MS: ' 5000 ' }), 5_000, 'blanks around the digits, as every whole-number setting')
+  t.equal(aloneMaxMs({ RATE_LIMIT_ALONE_MAX_MS: '05000' }), 5_000, 'a leading zero is still decimal')
+})
+
 for (const [name, env, expected] of [
   ['a declared fleet of one: no bound', { RATE_LIMIT_FLEET_SIZE: '1' }, 0],
   ['a declared fleet of one, a bound set: none all the same', { RATE_LIMIT_FLEET_SIZE: '1', RATE_LIMIT_ALONE_MAX_MS: '60000' }, 0],

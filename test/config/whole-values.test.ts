@@ -1,7 +1,7 @@
-// A value is read whole or refused: a duration is digits and a unit with nothing around them,
-// a Redis database is one number that is the whole path, an IPv6 listener address has both
-// brackets or neither, and a wrong option is said once, without inventing a second problem
-// the operator did not make.
+// A value is read whole or refused: a whole number is decimal digits, a duration is digits and
+// a unit with nothing around them, a Redis database is one number that is the whole path, an
+// IPv6 listener address has both brackets or neither, and a wrong option is said once, without
+// inventing a second problem the operator did not make.
 import t from 'tap'
 import { listenHost } from '../../src/config/listeners.js'
 import { loadConfig } from '../../src/config/load.js'
@@ -30,6 +30,15 @@ t.test('a wrong cache= is one problem: it is not also called a stale= without ca
   t.same(ruleProblems('GET /a 1/1h cache=1h cache=2h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h cache=1h cache=2h": repeats cache='])
   // Only when every option given was valid is a missing cache= the problem.
   t.same(ruleProblems('GET /a 1/1h stale=1h'), ['RATE_LIMITS: rule 1 "GET /a 1/1h stale=1h": stale= needs cache= (how long an answer is fresh)'])
+})
+
+t.test('a whole-number setting is decimal digits: not blank, hex, an exponent or a sign', async (t) => {
+  for (const [name, wording] of [['TOKEN_WAIT_MS', 'a whole number of milliseconds, in digits (30000 is 30 s)'], ['PORT', 'a port number, in digits (0 to 65535)'], ['UPSTREAM_QUEUE_LIMIT', 'a whole number, in digits']] as Array<[string, string]>) {
+    for (const value of [' ', '0x10', '1e2', '+8']) t.same(problems(() => loadConfig({ ...base, [name]: value })), [`${name}: must be ${wording}`], `${name}=${JSON.stringify(value)}`)
+  }
+  t.equal(loadConfig({ ...base, TOKEN_WAIT_MS: ' 250 ' }).token.waitMs, 250)
+  // In the schema's order with Ajv's own, whichever finds each.
+  t.same(problems(() => loadConfig({ ...base, PORT: '0x10', ADMIN_PORT: 'nine' })), ['PORT: must be a port number, in digits (0 to 65535)', 'ADMIN_PORT: must be a port number, in digits (0 to 65535)'])
 })
 
 t.test('a Redis database number is the whole path: nothing before it', async (t) => {
