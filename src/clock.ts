@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { performance } from 'node:perf_hooks'
 
 /**
@@ -18,6 +19,24 @@ export interface Clock {
   wallNow: () => number
   /** Runs fn once after ms (monotonic); returns a function that cancels it. */
   setTimer: (fn: () => void, ms: number) => () => void
+  /**
+   * The node's monotonic clock (Linux CLOCK_MONOTONIC: shared by every process, and so by a
+   * container's next run, until the next boot) and which boot it counts from; undefined where
+   * unknown. `now()` is per process: the STATE_DIR ledger dates its sends by this instead.
+   */
+  sinceBoot?: () => SinceBoot | undefined
+}
+
+export interface SinceBoot { boot: string, ms: number }
+
+/** The kernel's id of this boot (Linux only; a container sees its node's). */
+let bootId: string | undefined | null = null
+function readBootId (): string | undefined {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || undefined
+  } catch {
+    return undefined
+  }
 }
 
 export const systemClock: Clock = {
@@ -27,5 +46,10 @@ export const systemClock: Clock = {
     const timer = setTimeout(fn, ms)
     timer.unref()
     return () => clearTimeout(timer)
+  },
+  sinceBoot () {
+    if (bootId === null) bootId = process.platform === 'linux' ? readBootId() : undefined
+    // process.hrtime is libuv's CLOCK_MONOTONIC on Linux.
+    return bootId === undefined ? undefined : { boot: bootId, ms: Number(process.hrtime.bigint()) / 1e6 }
   }
 }

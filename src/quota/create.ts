@@ -118,5 +118,5 @@ function keptLedger (dir: string, config: Config, clock: Clock, log: Logger) {
     log.info({ restored }, loaded.state === 'missing' ? 'no rate-limit ledger in STATE_DIR yet: a first start here' : 'rate-limit ledger restored from STATE_DIR')
   }
   const member = loaded.state === 'loaded' && loaded.member !== '' ? loaded.member : newMemberId()
-  return { ledger, member, whole: vouchesFor(loaded, restored), save: createLedgerWriter(dir, member, ledger, clock).save }
+  return { ledger, member, whole: vouchesFor(loaded, restored, clock), save: createLedgerWriter(dir, member, ledger, clock).save }
 }

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs'
 import { mkdir, open, rename } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { Logger } from 'pino'
-import type { Clock } from '../clock.js'
+import type { Clock, SinceBoot } from '../clock.js'
 import type { Limit, Rule } from '../config/rate-limit-rules.js'
 import type { Ledger } from './ledger.js'
 import { newMemberId, type Store, type Take } from './store.js'
@@ -22,18 +22,26 @@ const FORMAT = 1
  * its sends counted, but it vouches for nothing (`vouchesFor`).
  */
 const ALONE_RECORDED = 'aloneRecorded'
+/**
+ * The node's monotonic clock at the write (Clock.sinceBoot), beside the wall clock's: a wall
+ * clock stepped forward before the next run would make every send look older than it is.
+ */
+const WRITTEN = 'written'
+type Written = SinceBoot & { wall: number }
 
 /** A send as stored: `at` in wall-clock ms (a monotonic reading means nothing to the next process). */
 export interface StoredSend { scope: string, limit: string, id: string, at: number }
 
 export type LoadedLedger =
   /** The earlier run's member id and open sends; `aloneRecorded`: see ALONE_RECORDED. */
-  | { state: 'loaded', member: string, sends: StoredSend[], aloneRecorded: boolean }
+  | { state: 'loaded', member: string, sends: StoredSend[], aloneRecorded: boolean, written?: Written }
   /** No file: the first start with this directory (a new pod, a new emptyDir). */
   | { state: 'missing' }
   /** Unreadable, not JSON, or not this format: the earlier run's sends are unknown. */
   | { state: 'corrupt', reason: string }
 
+const isWritten = (w: unknown): w is Written => typeof w === 'object' && w !== null &&
+  typeof (w as Written).boot === 'string' && Number.isFinite((w as Written).ms) && Number.isFinite((w as Written).wall)
 const isSend = (s: unknown): s is StoredSend => typeof s === 'object' && s !== null &&
   typeof (s as StoredSend).scope === 'string' && typeof (s as StoredSend).limit === 'string' &&
   typeof (s as StoredSend).id === 'string' && Number.isFinite((s as StoredSend).at)
@@ -53,29 +61,40 @@ export function readLedgerFile (dir: string): LoadedLedger {
   } catch {
     return { state: 'corrupt', reason: 'not JSON' }
   }
-  const { version, member, sends, [ALONE_RECORDED]: aloneRecorded } = (doc ?? {}) as { version?: unknown, member?: unknown, sends?: unknown, [ALONE_RECORDED]?: unknown }
+  const { version, member, sends, [ALONE_RECORDED]: aloneRecorded, [WRITTEN]: written } = (doc ?? {}) as Record<string, unknown>
   if (version !== FORMAT || typeof member !== 'string' || !Array.isArray(sends) || !sends.every(isSend)) {
     return { state: 'corrupt', reason: `not a format ${FORMAT} ledger` }
   }
-  return { state: 'loaded', member, sends, aloneRecorded: aloneRecorded === true }
+  return { state: 'loaded', member, sends, aloneRecorded: aloneRecorded === true, ...(isWritten(written) ? { written } : {}) }
+}
+
+/** The file's monotonic reading, if written on this boot (undefined: another, or unknown). */
+function sameBoot (loaded: LoadedLedger, clock: Clock): { written: Written, ms: number } | undefined {
+  const written = loaded.state === 'loaded' ? loaded.written : undefined
+  const here = clock.sinceBoot?.()
+  return written !== undefined && here !== undefined && here.boot === written.boot ? { written, ms: here.ms } : undefined
 }
 
 /**
- * Puts what the file says into the ledger, on this process's monotonic clock. A send of a
- * rule or limit no longer configured is dropped; one dated in the future (not left when
- * written, or a wall clock stepped back) counts from now: the run that could send it is gone.
+ * Puts what the file says into the ledger, on this process's monotonic clock. A send's age is
+ * its wall-clock age, or on the same boot the smaller of that and its monotonic age (a wall
+ * clock stepped either way: the younger counts longer). A send of a rule or limit no longer
+ * configured is dropped; one dated in the future (not left when written, or a wall clock
+ * stepped back) counts from now: the run that could send it is gone.
  * A corrupt file is the worst case: every limit is taken as spent as far as this sidecar could
  * spend it alone (`capacity`), from now, for its window.
  */
 export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: readonly Rule[], clock: Clock, capacity: (limit: Limit) => number): number {
   const now = clock.now()
   const wall = clock.wallNow()
+  const boot = sameBoot(loaded, clock)
   let restored = 0
   if (loaded.state === 'loaded') {
     for (const send of loaded.sends) {
       const limit = rules.find((r) => r.id === send.scope)?.limits.find((l) => l.text === send.limit)
       if (limit === undefined) continue
-      ledger.restore(send.scope, limit, send.id, now - Math.max(0, wall - send.at))
+      const age = boot === undefined ? wall - send.at : Math.min(wall - send.at, boot.ms - boot.written.ms - (send.at - boot.written.wall))
+      ledger.restore(send.scope, limit, send.id, now - Math.max(0, age))
       restored++
     }
   } else if (loaded.state === 'corrupt') {
@@ -93,10 +112,11 @@ export function restoreLedger (ledger: Ledger, loaded: LoadedLedger, rules: read
 /**
  * Whether the file read vouches for the earlier runs: it holds every send they made alone, so
  * their lapse in Redis may end when it is told (redis-scripts.ts, endsWithRun). Written by this
- * version, and every send of it restored: none is of a rule or limit no longer configured.
+ * version on this boot (its sends' ages known by the monotonic clock too), and every send of it
+ * restored: none is of a rule or limit no longer configured.
  */
-export function vouchesFor (loaded: LoadedLedger, restored: number): boolean {
-  return loaded.state === 'loaded' && loaded.aloneRecorded && restored === loaded.sends.length
+export function vouchesFor (loaded: LoadedLedger, restored: number, clock: Clock): boolean {
+  return loaded.state === 'loaded' && loaded.aloneRecorded && sameBoot(loaded, clock) !== undefined && restored === loaded.sends.length
 }
 
 /**
@@ -112,12 +132,13 @@ export function createLedgerWriter (dir: string, member: string, ledger: Ledger,
 
   async function write (): Promise<void> {
     const wall = clock.wallNow()
+    const boot = clock.sinceBoot?.()
     // One not left yet is stored at the latest it may leave: it counts from its departure, and
     // nothing may write the file between that and a crash.
     const sends: StoredSend[] = ledger.open().map((s) => ({ scope: s.scope, limit: s.limit.text, id: s.id, at: wall + (s.leavesWithinMs ?? -s.ageMs) }))
     const file = await open(temporary, 'w', 0o600)
     try {
-      await file.writeFile(JSON.stringify({ version: FORMAT, member, sends, [ALONE_RECORDED]: true }))
+      await file.writeFile(JSON.stringify({ version: FORMAT, member, sends, [ALONE_RECORDED]: true, ...(boot === undefined ? {} : { [WRITTEN]: { ...boot, wall } }) }))
       await file.sync()
     } finally {
       await file.close()

@@ -29,11 +29,11 @@ t.test('the earlier version\'s file: read, its sends restored, vouching for noth
   const restored = restoreLedger(createLedger(c.clock), loaded, rules, c.clock, () => 1)
   t.match(loaded, { state: 'loaded', member: 'm' })
   t.equal(restored, 1, 'its send counts')
-  t.notOk(vouchesFor(loaded, restored), 'it vouches for nothing')
+  t.notOk(vouchesFor(loaded, restored, c.clock), 'it vouches for nothing')
   // This version's writer marks its file: read whole, it vouches.
   await createLedgerWriter(dir, 'm', createLedger(c.clock), c.clock).save()
   t.match(JSON.parse(readFileSync(join(dir, LEDGER_PATH), 'utf8')), { aloneRecorded: true })
-  t.ok(vouchesFor(readLedgerFile(dir), 0), 'this version\'s file vouches')
+  t.ok(vouchesFor(readLedgerFile(dir), 0, c.clock), 'this version\'s file vouches')
 })
 
 t.test('the earlier version sent S alone, its write failed: the fleet stays within 2 per 4 s across the restart', async (t) => {

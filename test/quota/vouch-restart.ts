@@ -4,7 +4,7 @@
 // What reached TI must stay within N in any W (2/4s here): S included, counted from when it left.
 import pino from 'pino'
 import type { Test } from 'tap'
-import { systemClock } from '../../src/clock.js'
+import { systemClock, type Clock } from '../../src/clock.js'
 import { parseRules, type Rule } from '../../src/config/rate-limit-rules.js'
 import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore } from '../../src/quota/fleet-store.js'
@@ -22,10 +22,11 @@ export const W = 4_000
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 const log = pino({ level: 'silent' })
 
-function member (url: string, opts: { ledger?: Ledger, memberId?: string, ledgerWhole?: boolean }, wrap = (r: RedisStore): RedisStore => r) {
+function member (url: string, opts: { ledger?: Ledger, memberId?: string, ledgerWhole?: boolean, clock?: Clock }, wrap = (r: RedisStore): RedisStore => r) {
+  const clock = opts.clock ?? systemClock
   return createFleetStore({
-    redis: wrap(createRedisStore({ url, timeoutMs: 200, prefix: 'vouch:', clock: systemClock })),
-    clock: systemClock,
+    redis: wrap(createRedisStore({ url, timeoutMs: 200, prefix: 'vouch:', clock })),
+    clock,
     log,
     metrics: createMetrics({ defaultMetrics: false, rateLimitRedis: true }),
     rules: [rule],
@@ -45,6 +46,10 @@ export interface FirstRun {
   cutOff?: () => void
   /** How long S waits after it was admitted before it leaves (a connection, a connect). */
   waitMs: number
+  /** Called once S left, before A crashes (a write of the file). */
+  beforeCrash?: () => Promise<void>
+  /** The node's wall clock stepped forward this far before the next run (NTP, a VM resumed); its monotonic clock not. */
+  wallStepMs?: number
 }
 
 /** The most arrivals at TI in any interval of `W` less 100 ms (the network), and whether A's next run vouched. */
@@ -77,13 +82,15 @@ export async function vouchedRestart (t: Test, first: FirstRun): Promise<{ most:
   await sleep(Math.max(0, first.waitMs - 500))
   t.equal(aStore.leaving(scope, limits, s), undefined, 'S leaves, alone, within the bound')
   arrivals.push(performance.now())
-  // A crashes before any other write (degraded, it does not leave Redis); its next run reads the file.
+  await first.beforeCrash?.()
+  // A crashes (degraded, it does not leave Redis); its next run reads the file.
   await a.close()
+  const clock: Clock = { ...systemClock, wallNow: () => Date.now() + (first.wallStepMs ?? 0) }
   const loaded = readLedgerFile(dir)
-  const again = createLedger(systemClock)
-  const restored = restoreLedger(again, loaded, [rule], systemClock, () => 1)
-  const vouched = vouchesFor(loaded, restored)
-  const a2 = member(server.url, { ledger: again, memberId: 'member-a', ledgerWhole: vouched })
+  const again = createLedger(clock)
+  const restored = restoreLedger(again, loaded, [rule], clock, () => 1)
+  const vouched = vouchesFor(loaded, restored, clock)
+  const a2 = member(server.url, { ledger: again, memberId: 'member-a', ledgerWhole: vouched, clock })
   await a2.start()
   t.teardown(() => a2.close())
   t.equal(a2.status().state, 'shared', 'A back, shared')
