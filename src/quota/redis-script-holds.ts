@@ -45,8 +45,8 @@ local function widen (lo, hi, f)
   return lo, hi
 end
 -- A member's span (KEYS[9]) is stored with the presence expiry it was written with
--- ('span:expiry'), and honoured only when that is the entry's lapse: an earlier version renewing
--- the same id (a rollback keeping STATE_DIR) leaves it unchanged, stale.
+-- ('span:expiry'; '-:expiry' with none), and honoured only when that is the entry's lapse: an
+-- earlier version renewing the same id (a rollback keeping STATE_DIR) leaves it unchanged, stale.
 local SCANNED, ENDED = ' scanned', 'ended'
 local function spanIn (told, at)
   local span, expiry = string.match(told or '', '^(%d+):(%d+)$')

@@ -66,8 +66,11 @@ end
 -- released by the count since it lapsed (then it stands for that run alone): the ledger this
 -- script tells holds every send the earlier runs made alone (fleet-alone.ts sends alone only
 -- what the file holds). Else it may stand for a released one, still cut off: kept, renamed.
-local function endsWithRun (lapsedAt)
-  return redis.call('ZCOUNT', KEYS[4], '(' .. lapsedAt, '+inf') == 0 and now - tonumber(lapsedAt) < ${GHOST_KEEP_MS}
+-- So is one an earlier version renewed last (a rollback keeping STATE_DIR): its run sent alone
+-- what its file may lack, and left this version's mark (KEYS[9], 'span:expiry') stale.
+local function endsWithRun (member, lapsedAt)
+  local marked = tonumber(string.match(redis.call('HGET', KEYS[9], member) or '', ':(%d+)$'))
+  return marked == tonumber(lapsedAt) and redis.call('ZCOUNT', KEYS[4], '(' .. lapsedAt, '+inf') == 0 and now - tonumber(lapsedAt) < ${GHOST_KEEP_MS}
 end
 local function presence (member, ttl, floor, timeout, newRun, span)
   local members, lapsed, released = KEYS[2], KEYS[3], KEYS[4]
@@ -84,7 +87,7 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   local lapsedAt = redis.call('ZADD', lapsed, 'XX', 'INCR', 0, member)
   if lapsedAt then
     redis.call('ZREM', lapsed, member)
-    if newRun > 0 and not (newRun == 2 and endsWithRun(lapsedAt)) then
+    if newRun > 0 and not (newRun == 2 and endsWithRun(member, lapsedAt)) then
       local entry = member .. '#' .. now
       redis.call('ZADD', lapsed, lapsedAt, entry)
       for _, key in ipairs({KEYS[6], KEYS[9]}) do
@@ -96,7 +99,8 @@ local function presence (member, ttl, floor, timeout, newRun, span)
   local ended = timeEnded(widths(true), true)
   redis.call('ZADD', members, now + ttl, member)
   redis.call('HSET', KEYS[6], member, floor)
-  if span > 0 then redis.call('HSET', KEYS[9], member, span .. ':' .. (now + ttl)) else redis.call('HDEL', KEYS[9], member) end
+  -- Marked at every renewal, with no span too ('-': spanIn reads none), for endsWithRun.
+  redis.call('HSET', KEYS[9], member, (span > 0 and span or '-') .. ':' .. (now + ttl))
   local present = redis.call('ZCARD', members)
   -- Safe to release by the largest: those running are at most the largest size any of them
   -- declared, and each one counted has its on record (or held, KEYS[8]), so at most
