@@ -29,16 +29,28 @@ export interface Clock {
 
 export interface SinceBoot { boot: string, ms: number }
 
-/** The kernel's id of this boot (Linux only; a container sees its node's). */
-let bootId: string | undefined | null = null
-function readBootId (): string | undefined {
+/** A file's content, or undefined where it cannot be read (not Linux, an older kernel). */
+function readOrUndefined (path: string): string | undefined {
   try {
-    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || undefined
+    return readFileSync(path, 'utf8')
   } catch {
     return undefined
   }
 }
 
+/**
+ * Which CLOCK_MONOTONIC a reading counts on: the kernel's id of this boot (a container sees its
+ * node's) and, in a Linux time namespace that shifts it (a restored checkpoint), the shift
+ * (`/proc/self/timens_offsets`, time_namespaces(7)): readings compare only under one key.
+ */
+export function bootKey (bootId: string | undefined, timensOffsets: string | undefined): string | undefined {
+  const id = bootId?.trim()
+  if (id === undefined || id === '') return undefined
+  const shift = timensOffsets?.split('\n').find((line) => line.startsWith('monotonic'))?.trim().split(/\s+/).slice(1).join(' ')
+  return shift === undefined || shift === '0 0' ? id : `${id}/${shift}`
+}
+
+let boot: string | undefined | null = null
 export const systemClock: Clock = {
   now: () => performance.now(),
   wallNow: Date.now,
@@ -48,8 +60,12 @@ export const systemClock: Clock = {
     return () => clearTimeout(timer)
   },
   sinceBoot () {
-    if (bootId === null) bootId = process.platform === 'linux' ? readBootId() : undefined
+    if (boot === null) {
+      boot = process.platform === 'linux'
+        ? bootKey(readOrUndefined('/proc/sys/kernel/random/boot_id'), readOrUndefined('/proc/self/timens_offsets'))
+        : undefined
+    }
     // process.hrtime is libuv's CLOCK_MONOTONIC on Linux.
-    return bootId === undefined ? undefined : { boot: bootId, ms: Number(process.hrtime.bigint()) / 1e6 }
+    return boot === undefined ? undefined : { boot, ms: Number(process.hrtime.bigint()) / 1e6 }
   }
 }

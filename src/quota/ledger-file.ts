@@ -68,11 +68,14 @@ export function readLedgerFile (dir: string): LoadedLedger {
   return { state: 'loaded', member, sends, aloneRecorded: aloneRecorded === true, ...(isWritten(written) ? { written } : {}) }
 }
 
-/** The file's monotonic reading, if written on this boot (undefined: another, or unknown). */
+/**
+ * The file's monotonic reading, if written on this boot's clock (undefined: another, or unknown).
+ * A reading behind the file's cannot count from the same origin, whatever the key says.
+ */
 function sameBoot (loaded: LoadedLedger, clock: Clock): { written: Written, ms: number } | undefined {
   const written = loaded.state === 'loaded' ? loaded.written : undefined
   const here = clock.sinceBoot?.()
-  return written !== undefined && here !== undefined && here.boot === written.boot ? { written, ms: here.ms } : undefined
+  return written !== undefined && here !== undefined && here.boot === written.boot && here.ms >= written.ms ? { written, ms: here.ms } : undefined
 }
 
 /**

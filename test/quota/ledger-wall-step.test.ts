@@ -5,7 +5,7 @@
 // monotonic clock dates them too, and the younger age counts; another boot's or unknown, by
 // the wall clock as before, vouching for nothing (the lapse in Redis stays held).
 import t from 'tap'
-import type { Clock } from '../../src/clock.js'
+import { bootKey, type Clock } from '../../src/clock.js'
 import { parseRules, type Rule } from '../../src/config/rate-limit-rules.js'
 import { createLedger } from '../../src/quota/ledger.js'
 import { createLedgerWriter, readLedgerFile, restoreLedger, vouchesFor } from '../../src/quota/ledger-file.js'
@@ -64,4 +64,21 @@ t.test('the boot unknown (not Linux), reading or writing: by the wall clock, vou
   const loaded = readLedgerFile(dir)
   t.match(loaded, { state: 'loaded', aloneRecorded: true, written: undefined })
   t.notOk(vouchesFor(loaded, 0, c.clock), 'a file written with no boot vouches for nothing')
+})
+
+t.test('a reading behind the file\'s under the same key (another origin): by the wall clock, vouching for nothing', async (t) => {
+  // The writer's clock shifted ahead of the reader's (a time namespace its key did not name):
+  // with the wall stepped too, both ages would be too old, and the file would vouch.
+  const behind = (c: Clock): Clock => ({ ...c, sinceBoot: () => ({ boot: 'boot-1', ms: c.now() - 10_000 }) })
+  t.same(await restart((c) => { c.stepWall(2_500) }, behind), { ages: [4_000], vouched: false })
+})
+
+t.test('the boot key names a time namespace\'s monotonic shift, so readings under another shift do not compare', async (t) => {
+  const id = 'cab9be41-daf6-4de2-9003-3760d9e692ac\n'
+  t.equal(bootKey(id, undefined), 'cab9be41-daf6-4de2-9003-3760d9e692ac', 'a kernel without time namespaces: the boot id')
+  t.equal(bootKey(id, 'monotonic           0         0\nboottime            0         0\n'), 'cab9be41-daf6-4de2-9003-3760d9e692ac', 'no shift: the boot id')
+  t.equal(bootKey(id, 'monotonic         -10         0\nboottime            0         0\n'), 'cab9be41-daf6-4de2-9003-3760d9e692ac/-10 0', 'shifted: named')
+  t.equal(bootKey(id, 'boottime 5 0\nmonotonic 0 250\n'), 'cab9be41-daf6-4de2-9003-3760d9e692ac/0 250', 'the monotonic line wherever it is')
+  t.equal(bootKey('', 'monotonic 0 0\n'), undefined, 'no boot id: unknown')
+  t.equal(bootKey(undefined, undefined), undefined)
 })
