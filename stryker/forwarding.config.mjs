@@ -31,6 +31,7 @@ export default area('forwarding', {
     'test/quota/refunds.test.ts',
     'test/quota/held-fault.test.ts',
     'test/cache/behaviour.test.ts',
+    'test/cache/fill-caller-left.test.ts',
     'test/seams/failed-fetch-waiters.test.ts',
     'test/seams/token-after-cache.test.ts',
     'test/seams/own-answers.test.ts',

@@ -21,6 +21,8 @@ export interface TiAnswer {
   body: string | Buffer
   /** Send the head and this many bytes of the body, then cut the connection. */
   cutAfter?: number
+  /** Send the head and this many bytes of the body, then nothing more (the answer stays open). */
+  stallAfter?: number
 }
 
 export interface Ti {
@@ -58,6 +60,10 @@ export async function startTi (t: Test): Promise<Ti> {
       const a = answer(seen)
       const body = Buffer.from(a.body)
       res.writeHead(a.status, { 'content-length': String(body.length), ...a.headers })
+      if (a.stallAfter !== undefined) {
+        res.write(body.subarray(0, a.stallAfter))
+        return
+      }
       if (a.cutAfter === undefined) {
         res.end(req.method === 'HEAD' ? undefined : body)
         return

@@ -28,6 +28,8 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     /** The quota guard's refusal as the request was leaving, if it came to that. */
     let refusal: Verdict | undefined
+    /** TI's answer began to stream to the caller: a fill's waiters were told, its miss counted. */
+    let streamed = false
     idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
@@ -87,8 +89,11 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
           return
         }
         idempotency?.failed(request.claim)
-        if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
-        if (fill !== null) cache?.missed(fill.rule.id)
+        // A fill that streamed (its caller left mid-answer) told its waiters as it started.
+        if (fill !== null && cache !== undefined && !streamed) {
+          if (fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
+          cache.missed(fill.rule.id)
+        }
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
           request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
@@ -99,6 +104,7 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
       },
       started: () => {
         reply.hijack()
+        streamed = true
         if (fill === null) return
         fill.flight.settle(undefined)
         cache?.missed(fill.rule.id)
