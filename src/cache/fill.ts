@@ -76,12 +76,12 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     const entry = cache.store(fill.key, fill.rule.id, decision, { ...answer, headers: { ...headers, 'cache-status': fill.upstreamStatus } })
     fill.flight.settle(entry)
     if (entry === undefined) return false
-    serve?.(entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
+    answerLeader(cache, serve, entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
     return true
   }
   if (fill.found !== undefined && standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
     fill.flight.settle(fill.found, true, { answer })
-    serve?.(fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
+    answerLeader(cache, serve, fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
     return true
   }
   // TI's failure is every waiter's answer, but for what the fetch's own Range or condition
@@ -103,11 +103,17 @@ export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefin
     return false
   }
   fill.flight.settle(fill.found, true, failure)
-  serve?.(fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
+  answerLeader(cache, serve, fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
   return true
 }
 
 /** Whether the stored answer being refreshed may still stand in (within stale=). */
 function standsIn (cache: ReadCache, fill: Fill): boolean {
   return fill.found !== undefined && cache.standing(fill.found).usable
+}
+
+/** Serves the fill's own caller; one that left is counted all the same (one result per fetch). */
+function answerLeader (cache: ReadCache, serve: Serve | undefined, entry: Entry, params: StatusParams, result: CacheResult): void {
+  if (serve === undefined) cache.counted(entry.rule, result)
+  else serve(entry, params, result)
 }

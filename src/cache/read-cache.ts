@@ -194,6 +194,8 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     notStored,
     /** A request that found no usable answer and goes upstream (or is refused). */
     missed (rule: string): void { metrics.cacheRequests.inc({ rule, result: 'miss' }) },
+    /** A request's result when its caller left before it could be served. */
+    counted (rule: string, result: CacheResult): void { metrics.cacheRequests.inc({ rule, result }) },
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
     standing: (entry: Entry) => standing(entry, clock.now()),

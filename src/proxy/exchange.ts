@@ -96,9 +96,14 @@ export function forwardedPath (request: FastifyRequest): string {
   return (request.upstreamPath ?? '/') + (queryAt === -1 ? '' : url.slice(queryAt))
 }
 
-/** Whether the caller's connection is gone (it may not have been noticed by the exchange yet). */
+/**
+ * Whether the caller's connection is gone (it may not have been noticed by the exchange yet), or
+ * can no longer carry an answer: Node ends it as the caller closes its side, and closes the
+ * response a turn later (the upstream's exchange reads it the same way, forward-handler.ts).
+ */
 export function callerGone (request: FastifyRequest): boolean {
-  return request.exchange?.gone === true || request.raw.socket?.destroyed === true
+  const socket = request.raw.socket
+  return request.exchange?.gone === true || socket?.destroyed === true || socket?.writable === false
 }
 
 /**

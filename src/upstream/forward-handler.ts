@@ -56,6 +56,11 @@ export interface ForwardHooks {
   sending?: () => Error | undefined
   /** Nothing was sent to the caller and nothing will be: the caller still waits for an answer. */
   failed: (err: Error) => void
+  /**
+   * An exchange that outlives its caller: TI's answer, not held back, was not read on because
+   * its caller had left (instead of `failed`: nothing failed at TI's end).
+   */
+  dropped?: () => void
   /** The upstream's answer is being written to the caller, directly from here on. */
   started: () => void
   /** The upstream failed after the status line went out: the caller's connection is cut. */
@@ -106,12 +111,6 @@ interface Held {
 
 const statusOnly = (statusCode: number): boolean => statusCode === 204 || statusCode === 304
 
-/** Aborts an exchange (if it is on a connection) whose caller has gone. */
-function abortForGoneCaller (c: Dispatcher.DispatchController | undefined): void {
-  // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (its caller has gone)
-  c?.abort(new Error('the caller closed the connection'))
-}
-
 /**
  * Whether the caller's connection can no longer carry an answer. Node's server ends it as soon as
  * the caller closes its side, but closes the response only a turn later: a connection freed in
@@ -153,6 +152,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   #awaitingDrain = false
   // Stryker disable next-line BooleanLiteral: equivalent: set at the final answer's head, before onResponseEnd reads it
   #closeDelimited = false
+  /** The answer was aborted because its caller left, not because the upstream failed. */
+  #droppedForCaller = false
 
   constructor (method: string, res: ServerResponse, hooks: ForwardHooks, context: ForwardContext) {
     this.#method = method
@@ -217,7 +218,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
       return
     }
     if (this.#callerLeft) {
-      abortForGoneCaller(c)
+      this.#dropForGoneCaller(c)
       return
     }
     this.#startStreaming(c, statusCode, headers)
@@ -256,9 +257,12 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#giveBack()
     if (was === 'expired') return
     // Others wait for this answer: they are told it failed, whatever became of this caller,
-    // once it was sent. Dropped unsent, it was given back (`unsent`): they go on without it.
+    // once it was sent; dropped because its caller left, it did not fail (`dropped`). Dropped
+    // unsent, it was given back (`unsent`): they go on without it.
     if (this.#callerLeft) {
-      if (this.#outlives && this.#controller !== undefined) this.#hooks.failed(err)
+      if (!this.#outlives || this.#controller === undefined) return
+      if (this.#droppedForCaller) this.#hooks.dropped?.()
+      else this.#hooks.failed(err)
       return
     }
     if (this.#res.headersSent) {
@@ -300,7 +304,14 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#giveBack()
     // Still queued: it is dropped when it reaches a connection (onRequestStart), unsent.
     // Written, and wanted by others: read on, unless it is already streaming to this caller.
-    if (!this.#outlives || this.#phase === 'streaming') abortForGoneCaller(this.#controller)
+    if (!this.#outlives || this.#phase === 'streaming') this.#dropForGoneCaller(this.#controller)
+  }
+
+  /** Stops reading an answer nobody will get (its caller left); `dropped` follows for one that outlives it. */
+  #dropForGoneCaller (c: Dispatcher.DispatchController | undefined): void {
+    this.#droppedForCaller = true
+    // Stryker disable next-line StringLiteral: wording: an abort's reason is at most logged (its caller has gone)
+    c?.abort(new Error('the caller closed the connection'))
   }
 
   /** Nothing of the request was or will be written: `unsent`, once. */
@@ -339,7 +350,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     if (held.bytes <= held.limit) return
     this.#held = undefined
     this.#moveTo('sent')
-    if (this.#callerLeft) abortForGoneCaller(c)
+    if (this.#callerLeft) this.#dropForGoneCaller(c)
     else if (this.#startStreaming(c, held.statusCode, held.headers)) for (const part of held.chunks) this.#write(c, part)
   }
 

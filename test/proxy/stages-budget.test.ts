@@ -134,18 +134,18 @@ t.test('a degraded refusal is this sidecar\'s own: other sidecars\' waiters are 
   t.match(b.calls[1], ['fail', { own: true, retryAfterSeconds: 3 }])
 })
 
-t.test('a guard that fails: a 500, logged, and the key free again', async (t) => {
+t.test('a guard that fails: a 500, logged, and the request abandoned (its key free again, a fill\'s waiters sent on)', async (t) => {
   const b = budgetBench(t, { admit: async () => { throw new Error('ledger unreadable') } })
   const res = await b.ask({ claim: 'key-1' })
   t.equal(res.status, 500)
   t.equal(JSON.parse(res.body).error, 'INTERNAL_ERROR')
-  t.same(b.calls, [['unsent', 'key-1']])
+  t.same(b.calls, [['abandon', '/v2/store/x']])
   const logged = b.logs.entries().find((e) => e.msg === 'quota guard failed')
   t.match(logged, { level: 50, err: { message: 'ledger unreadable' } })
 
   b.calls.length = 0
   t.equal((await b.ask({ claim: 'key-2', gone: true })).status, UNTOUCHED, 'a caller gone meanwhile gets nothing')
-  t.same(b.calls, [['unsent', 'key-2']])
+  t.same(b.calls, [['abandon', '/v2/store/x']])
 })
 
 t.test('the verdict of a guard that waited is acted on once it comes', async (t) => {

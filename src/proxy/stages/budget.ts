@@ -9,7 +9,7 @@ import type { Verdict } from '../../quota/guard.js'
 import { callerGone } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'
 
-export function createBudgetStage ({ quota, cache, metrics, fields, idempotency }: StageOptions, path: Path) {
+export function createBudgetStage ({ quota, cache, metrics, fields }: StageOptions, path: Path) {
   function actOnVerdict (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, verdict: Verdict): void {
     const fill = request.fill
     if (verdict.ok) {
@@ -63,7 +63,8 @@ export function createBudgetStage ({ quota, cache, metrics, fields, idempotency 
       }
       verdict.then((v) => { actOnVerdict(request, reply, rule, v) }, (err: unknown) => {
         request.log.error({ err }, 'quota guard failed')
-        idempotency?.unsent(request.claim)
+        // Nothing sent: the key is free again, and a fill's waiters go on by themselves.
+        path.abandon(request)
         if (!callerGone(request)) sendError(reply, new InternalError(), metrics)
       })
     }

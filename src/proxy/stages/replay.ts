@@ -8,7 +8,7 @@ import { sendHeld, type HeldAnswer } from '../../upstream/forward.js'
 import { callerGone } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'
 
-export function createReplayStage ({ tokens, idempotency }: Pick<StageOptions, 'tokens' | 'idempotency'>, path: Path) {
+export function createReplayStage ({ tokens, idempotency, cache }: Pick<StageOptions, 'tokens' | 'idempotency' | 'cache'>, path: Path) {
   return {
     holdForReplay (request: FastifyRequest, statusCode: number): boolean {
       const token = request.token
@@ -34,7 +34,10 @@ export function createReplayStage ({ tokens, idempotency }: Pick<StageOptions, '
           return
         }
         if (fresh === undefined) {
-          request.fill?.flight.fail({ answer })
+          if (request.fill !== null) {
+            request.fill.flight.fail({ answer })
+            cache?.missed(request.fill.rule.id)
+          }
           // idempotency: the 401 is the answer, and TI did not act on it: the key is free again.
           idempotency?.unsent(request.claim)
           if (callerGone(request)) return

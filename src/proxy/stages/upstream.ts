@@ -10,7 +10,7 @@ import { fillAnswered, fillFailed, fillHeld, fillHolds } from '../../cache/fill.
 import { BodyTooLargeError, sendError, UpstreamBusyError, upstreamError } from '../../http/errors.js'
 import { upstreamRequestHeaders } from '../../http/rules.js'
 import type { Ticket, Verdict } from '../../quota/guard.js'
-import { sendHeld } from '../../upstream/forward.js'
+import { HOLD_BACK_MAX_BYTES, sendHeld } from '../../upstream/forward.js'
 import { callerGone, forwardedPath } from '../exchange.js'
 import type { Path, StageOptions } from '../path.js'
 
@@ -28,7 +28,7 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     /** The quota guard's refusal as the request was leaving, if it came to that. */
     let refusal: Verdict | undefined
-    /** TI's answer began to stream to the caller: a fill's waiters were told, its miss counted. */
+    /** TI's answer began to stream to the caller: a fill's waiters were told and its miss counted. */
     let streamed = false
     idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
@@ -47,8 +47,9 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         cache?.invalidate(upstreamUrl, request.method, forwardedPath(request), statusCode, answerHeaders)
         if (fill !== null && cache !== undefined) fillAnswered(cache, fill, statusCode, answerHeaders)
       },
-      holds: (statusCode) => path.holdForReplay(request, statusCode) || quota.holds(statusCode) ||
-        (fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode)) || (idempotency?.holds(request.claim) ?? false),
+      // Each feature's hold, the widest: a keyed order's 500 is held up to its key's limit, not the 401's.
+      holds: (statusCode) => widest(path.holdForReplay(request, statusCode), quota.holds(statusCode),
+        fill !== null && cache !== undefined && fillHolds(cache, fill, statusCode), idempotency?.holds(request.claim) ?? false),
       outlivesCaller: fill !== null || idempotency?.keyed(request.claim) === true,
       held: (answer) => {
         // idempotency: a keyed request's second 401 is its answer (the replay is the one resend).
@@ -64,7 +65,10 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
           void idempotency?.answered(request.claim, answer).then(() => { if (!callerGone(request)) { reply.hijack(); sendHeld(reply.raw, answer) } })
           return
         }
-        if (fill !== null && cache !== undefined && fillHeld(cache, fill, answer, path.serverFor(request, reply))) return
+        if (fill !== null && cache !== undefined) {
+          if (fillHeld(cache, fill, answer, path.serverFor(request, reply))) return
+          cache.missed(fill.rule.id)
+        }
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
         reply.hijack()
@@ -89,11 +93,8 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
           return
         }
         idempotency?.failed(request.claim)
-        // A fill that streamed (its caller left mid-answer) told its waiters as it started.
-        if (fill !== null && cache !== undefined && !streamed) {
-          if (fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
-          cache.missed(fill.rule.id)
-        }
+        if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
+        if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
           request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
@@ -101,6 +102,14 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
           request.log.warn({ code: (err as { code?: string }).code, reason: err.message }, 'upstream request failed')
         }
         sendError(reply, upstreamError(err), metrics)
+      },
+      // Its caller left and TI's answer, which would have gone to it as it came (not stored), was
+      // not read on: TI did not fail. A fill's waiters fetch by themselves (unless told as it began).
+      dropped: () => {
+        idempotency?.failed(request.claim)
+        if (fill === null || cache === undefined || streamed) return
+        fill.flight.settle(undefined)
+        cache.missed(fill.rule.id)
       },
       started: () => {
         reply.hijack()
@@ -114,4 +123,10 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
   }
 
   return { forward }
+}
+
+/** The widest of the holds asked for (true: HOLD_BACK_MAX_BYTES), or false when none is. */
+function widest (...holds: Array<boolean | number>): boolean | number {
+  if (holds.every((hold) => hold === false)) return false
+  return Math.max(...holds.map((hold) => hold === true ? HOLD_BACK_MAX_BYTES : Number(hold)))
 }
