@@ -161,7 +161,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.#hooks = hooks
     this.#context = context
     this.#outlives = hooks.outlivesCaller === true
-    this.#goneAlready = res.destroyed
+    this.#goneAlready = res.destroyed || connectionEnded(res)
     this.#callerLeft = this.#goneAlready
     context.enterQueue()
     res.once('close', this.#callerGone)

@@ -1,6 +1,7 @@
 // Every caller of a cached rule counts one cache result (hit, coalesced, stale, miss), whatever
 // TI answered: the fetch's own caller too when TI's failure is passed on to it as it came.
 import t from 'tap'
+import { Agent, request } from 'undici'
 import { startStandIn } from '../helpers/build.js'
 import { eventually } from '../helpers/eventually.js'
 import { startFaultyTokenEndpoint } from '../helpers/faulty-token-endpoint.js'
@@ -48,4 +49,23 @@ t.test('TI answers 401 and no newer token comes: the 401 is the fetch\'s answer,
   t.equal((await s.get('/v2/store/b')).status, 401, 'TI\'s own 401, passed on')
   t.same(results(await s.metrics()), { hit: 0, coalesced: 0, stale: 0, miss: 2 })
   t.equal(ti.received.length, 2, 'not replayed: no newer token came')
+})
+
+t.test('a fill answered 401 whose caller left, nobody waiting: not replayed, one miss', async (t) => {
+  const ti = await startTi(t)
+  const s = await cacheSidecar(t, ti, ENV)
+  const agent = new Agent()
+  t.teardown(() => agent.destroy())
+  ti.answer(() => ({ status: 401, body: 'revoked' }))
+  ti.hold()
+  const leaver = new AbortController()
+  const left = request(s.proxyUrl + '/v2/store/x', { signal: leaver.signal, dispatcher: agent }).catch(() => 'left')
+  await eventually(t, 'the fill held at TI', () => ti.waiting() === 1)
+  leaver.abort()
+  t.equal(await left, 'left')
+  await inFlight(t, s, 0)
+  ti.release()
+  await eventually(t, 'the fetch counted', async () => results(await s.metrics()).miss === 1)
+  t.same(results(await s.metrics()), { hit: 0, coalesced: 0, stale: 0, miss: 1 })
+  t.equal(ti.received.length, 1, 'nothing sent again for nobody')
 })

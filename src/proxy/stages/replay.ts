@@ -22,15 +22,20 @@ export function createReplayStage ({ tokens, idempotency, cache }: Pick<StageOpt
       // not; with its caller gone and nobody waiting, nothing more is sent.
       const fill = request.fill
       const forOthers = (): boolean => fill !== null && fill.flight.waiting() > 0
-      if (callerGone(request) && !forOthers()) {
+      // TI was asked and nobody is left to ask again for: the 401 was the fetch's answer.
+      const abandon = (): void => {
+        if (fill !== null) cache?.missed(fill.rule.id)
         path.abandon(request)
+      }
+      if (callerGone(request) && !forOthers()) {
+        abandon()
         return
       }
       request.replayed = true
       const rejected = request.token?.generation ?? 0
       void tokens.renewed(rejected).then((fresh) => {
         if (callerGone(request) && !forOthers()) {
-          path.abandon(request)
+          abandon()
           return
         }
         if (fresh === undefined) {
