@@ -73,6 +73,7 @@ export default area('forwarding', {
   // cache and replay paths and the seven files above were added and the equivalent mutants
   // marked; 76.01 % (529 killed, 117 survived, 50 no coverage; forward.ts 74.32, http-rules.ts
   // 96.50, proxy.ts 68.28) after eight disable comments that also hid killed twins were lifted
-  // (their equivalent twins now count as survivors). Held just under that.
-  breakAt: 75
+  // (their equivalent twins now count as survivors). 92.74 % on 2026-12-03 (the request path
+  // as stages, each with its own tests): held at 90.
+  breakAt: 90
 })
