@@ -176,9 +176,14 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     metrics.cacheNotStored.inc({ rule, reason: why })
   }
 
+  /** One request's cache result (a caller that left before it could be served counts too). */
+  function counted (rule: string, result: CacheResult): void {
+    metrics.cacheRequests.inc({ rule, result })
+  }
+
   /** Answers from `entry` (stored-answer.ts sendEntry), counted as `result`. */
   function serve (res: ServerResponse, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
-    metrics.cacheRequests.inc({ rule: entry.rule, result })
+    counted(entry.rule, result)
     sendEntry(res, entry, method, params, clock.now())
   }
 
@@ -193,9 +198,9 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     serve,
     notStored,
     /** A request that found no usable answer and goes upstream (or is refused). */
-    missed (rule: string): void { metrics.cacheRequests.inc({ rule, result: 'miss' }) },
-    /** A request's result when its caller left before it could be served. */
-    counted (rule: string, result: CacheResult): void { metrics.cacheRequests.inc({ rule, result }) },
+    /** A request that found no usable answer and goes upstream (or is refused). */
+    missed: (rule: string): void => { counted(rule, 'miss') },
+    counted,
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
     standing: (entry: Entry) => standing(entry, clock.now()),
