@@ -5,7 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { QuotaGuard, Verdict } from '../quota/guard.js'
 import type { CacheOption, Rule } from '../config/rate-limit-rules.js'
 import type { Entry } from './entries.js'
-import { fillFailed, type Fill, type Serve } from './fill.js'
+import { fillFailed, leadFill, type Fill, type Serve } from './fill.js'
 import type { Failure } from './flights.js'
 import { asksForFresh, asksForItsOwn, cacheKey, varyMatches, type StatusParams } from './policy.js'
 import type { CacheResult, ReadCache } from './read-cache.js'
@@ -45,6 +45,7 @@ export function cachedRequest (options: CachedRequestOptions) {
     const { entry: found, unusable = false } = await cache.find(key, request.headers)
     if (callerGone(request)) return
     if (found !== undefined && !fresh && cache.standing(found).fresh) {
+      cache.counted(found.rule, 'hit')
       serve(reply, found, request.method, { hit: true }, 'hit')
       return
     }
@@ -58,19 +59,19 @@ export function cachedRequest (options: CachedRequestOptions) {
       // The fetch was another caller's: its answer is this one's only if TI's Vary agrees.
       const { entry, standsIn, failure } = outcome
       if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
-        serve(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, standsIn ? 'stale' : 'coalesced')
+        const result = standsIn ? 'stale' : 'coalesced'
+        cache.counted(entry.rule, result)
+        serve(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, result)
         return
       }
       // Its failure is this request's too: all waiters are answered within one fetch's time.
       if (failure !== undefined) {
-        cache.missed(rule.id)
+        cache.counted(rule.id, 'miss')
         fail(request, reply, failure)
         return
       }
     }
-    const flight = cache.lead(key.id)
-    if (flight === undefined) throw new Error('a flight started while none was under way')
-    request.fill = {
+    const fill = leadFill(cache, {
       key,
       rule,
       path,
@@ -78,11 +79,11 @@ export function cachedRequest (options: CachedRequestOptions) {
       method: request.method,
       found,
       ownAnswer: asksForItsOwn(request.headers),
-      fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale',
-      flight,
-      decision: undefined
-    }
-    if (servedWithoutToken(request, reply, request.fill) || !await fleetTurn(request, reply, request.fill, unusable) || !await tokenFor(request, reply, request.fill)) return
+      fwd: found === undefined ? 'miss' : fresh ? 'request' : 'stale'
+    })
+    if (fill === undefined) throw new Error('a flight started while none was under way')
+    request.fill = fill
+    if (servedWithoutToken(request, reply, fill) || !await fleetTurn(request, reply, fill, unusable) || !await tokenFor(request, reply, fill)) return
     // With a stored answer to stand in, a spent budget is not waited for.
     actOnVerdict(request, reply, rule, await quota.admit(rule, reply.raw, { wait: found === undefined }))
   }
@@ -95,6 +96,7 @@ export function cachedRequest (options: CachedRequestOptions) {
     const { found } = fill
     const standing = found === undefined ? undefined : cache.standing(found)
     if (found === undefined || standing?.usable !== true || hasToken()) return false
+    fill.servedAs = standing.fresh ? 'hit' : 'stale'
     fill.flight.settle(found, true)
     const detail = `${standing.fresh ? 'no-refresh' : 'stale'}-token`
     if (!callerGone(request)) serve(reply, found, request.method, { hit: true, detail }, standing.fresh ? 'hit' : 'stale')
@@ -115,12 +117,12 @@ export function cachedRequest (options: CachedRequestOptions) {
     }
     const to: Serve | undefined = callerGone(request) ? undefined : (entry, params, result) => { serve(reply, entry, request.method, params, result) }
     if (turn.kind === 'entry') {
+      fill.servedAs = 'coalesced'
       fill.flight.settle(turn.entry)
       to?.(turn.entry, { hit: true, detail: 'coalesced' }, 'coalesced')
       return false
     }
     if (fillFailed(cache, fill, to, turn.failure)) return false
-    cache.missed(fill.rule.id)
     fail(request, reply, turn.failure)
     return false
   }
@@ -136,7 +138,6 @@ export function cachedRequest (options: CachedRequestOptions) {
     } catch (err) {
       const failure: Failure = { error: err as Error }
       fill.flight.fail(failure)
-      cache.missed(fill.rule.id)
       fail(request, reply, failure)
       return false
     }

@@ -29,6 +29,20 @@ export interface Fill {
   decision: Decision | undefined
   /** TI's own Cache-Status (a cache on its side), kept apart from the one added for a pass-through. */
   upstreamStatus?: string | string[]
+  /** What its own caller got from the cache, set before the flight settles (none: a miss): counted once, as the flight ends. */
+  servedAs: CacheResult | undefined
+}
+
+/**
+ * This request fetches `what.key` for every request here that asks meanwhile: undefined if one
+ * does already (join it). Its own caller's cache result is counted once, as its flight ends,
+ * whatever ended it: a miss unless a stored answer served it (`servedAs`).
+ */
+export function leadFill (cache: ReadCache, what: Omit<Fill, 'flight' | 'decision' | 'servedAs'>): Fill | undefined {
+  const flight = cache.lead(what.key.id, () => { cache.counted(what.rule.id, fill.servedAs ?? 'miss') })
+  if (flight === undefined) return undefined
+  const fill: Fill = { ...what, flight, decision: undefined, servedAs: undefined }
+  return fill
 }
 
 /** Serves a stored answer to one caller (the request path hijacks its reply first). */
@@ -76,12 +90,11 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
     const entry = cache.store(fill.key, fill.rule.id, decision, { ...answer, headers: { ...headers, 'cache-status': fill.upstreamStatus } })
     fill.flight.settle(entry)
     if (entry === undefined) return false
-    answerLeader(cache, serve, entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
+    serve?.(entry, { fwd: fill.fwd, fwdStatus: 200, stored: true }, 'miss')
     return true
   }
-  if (fill.found !== undefined && standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
-    fill.flight.settle(fill.found, true, { answer })
-    answerLeader(cache, serve, fill.found, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' }, 'stale')
+  if (standsIn(cache, fill) && (answer.statusCode >= 500 || answer.statusCode === 429)) {
+    standIn(fill, serve, { answer }, { hit: true, fwd: 'stale', fwdStatus: answer.statusCode, detail: 'stale-error' })
     return true
   }
   // TI's failure is every waiter's answer, but for what the fetch's own Range or condition
@@ -98,22 +111,22 @@ export function fillHeld (cache: ReadCache, fill: Fill, answer: { statusCode: nu
  * the stored answer stands in if it may, else `failure` answers every waiter.
  */
 export function fillFailed (cache: ReadCache, fill: Fill, serve: Serve | undefined, failure: Failure): boolean {
-  if (fill.found === undefined || !standsIn(cache, fill)) {
+  if (!standsIn(cache, fill)) {
     fill.flight.fail(failure)
     return false
   }
-  fill.flight.settle(fill.found, true, failure)
-  answerLeader(cache, serve, fill.found, { hit: true, fwd: 'stale', detail: 'stale-error' }, 'stale')
+  standIn(fill, serve, failure, { hit: true, fwd: 'stale', detail: 'stale-error' })
   return true
 }
 
 /** Whether the stored answer being refreshed may still stand in (within stale=). */
-function standsIn (cache: ReadCache, fill: Fill): boolean {
+function standsIn (cache: ReadCache, fill: Fill): fill is Fill & { found: Entry } {
   return fill.found !== undefined && cache.standing(fill.found).usable
 }
 
-/** Serves the fill's own caller; one that left is counted all the same (one result per fetch). */
-function answerLeader (cache: ReadCache, serve: Serve | undefined, entry: Entry, params: StatusParams, result: CacheResult): void {
-  if (serve === undefined) cache.counted(entry.rule, result)
-  else serve(entry, params, result)
+/** The stored answer stands in for TI's failure: for everyone waiting, and for the fill's own caller (counted stale, there or not). */
+function standIn (fill: Fill & { found: Entry }, serve: Serve | undefined, failure: Failure, params: StatusParams): void {
+  fill.servedAs = 'stale'
+  fill.flight.settle(fill.found, true, failure)
+  serve?.(fill.found, params, 'stale')
 }

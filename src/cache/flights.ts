@@ -71,20 +71,21 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
       })
     },
 
-    /** Starts the flight of `id`; undefined if one is under way (join it instead). */
-    lead (id: string): Flight | undefined {
+    /** Starts the flight of `id`; undefined if one is under way (join it instead). `ended` runs as it ends. */
+    lead (id: string, ended?: () => void): Flight | undefined {
       if (flights.has(id)) return undefined
       const waiting = new Set<(result: FlightResult) => void>()
       flights.set(id, waiting)
       let reserved = 0
-      let ended = false
+      let over = false
       const end = (result: FlightResult): void => {
-        if (ended) return
-        ended = true
+        if (over) return
+        over = true
         held -= reserved
         reserved = 0
         flights.delete(id)
         onEnd(id, result)
+        ended?.()
         for (const done of waiting) done(result)
       }
       return {
@@ -93,7 +94,7 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
         },
         fail (failure) { end({ entry: undefined, standsIn: false, failure }) },
         reserve (bytes) {
-          if (ended || held + bytes > holdBudgetBytes) return false
+          if (over || held + bytes > holdBudgetBytes) return false
           held += bytes
           reserved += bytes
           return true

@@ -176,14 +176,11 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     metrics.cacheNotStored.inc({ rule, reason: why })
   }
 
-  /** One request's cache result (a caller that left before it could be served counts too). */
-  function counted (rule: string, result: CacheResult): void {
-    metrics.cacheRequests.inc({ rule, result })
-  }
-
-  /** Answers from `entry` (stored-answer.ts sendEntry), counted as `result`. */
+  /**
+   * Answers from `entry` (stored-answer.ts sendEntry). `result`, what the caller is counted as,
+   * is for tracing's span event: `counted` counts it where it is decided.
+   */
   function serve (res: ServerResponse, entry: Entry, method: string, params: StatusParams, result: CacheResult): void {
-    counted(entry.rule, result)
     sendEntry(res, entry, method, params, clock.now())
   }
 
@@ -191,16 +188,14 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     find,
     turn,
     join: flights.join,
-    /** This request fetches `id` for every request here that asks meanwhile; undefined if one does already (join it). */
-    lead: (id: string): Flight | undefined => flights.lead(id),
+    /** This request fetches `id` for every request here that asks meanwhile (`ended` runs as it ends); undefined if one does already (join it). */
+    lead: (id: string, ended: () => void): Flight | undefined => flights.lead(id, ended),
     store,
     invalidate,
     serve,
     notStored,
-    /** A request that found no usable answer and goes upstream (or is refused). */
-    /** A request that found no usable answer and goes upstream (or is refused). */
-    missed: (rule: string): void => { counted(rule, 'miss') },
-    counted,
+    /** One request's cache result: a hit, a waiter's answer, or a fetch this sidecar led (fill.ts). */
+    counted: (rule: string, result: CacheResult): void => { metrics.cacheRequests.inc({ rule, result }) },
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
     standing: (entry: Entry) => standing(entry, clock.now()),

@@ -19,17 +19,20 @@ function refusal (reason: 'budget' | 'degraded', retryAfterMs = 2500): Verdict {
   return { ok: false, reason, retryAfterMs, scope: RULE.id }
 }
 
-/** A fill's flight, recording what its waiters are told. */
+/** A fill's flight, recording what its waiters are told and what its caller is counted as when it ends. */
 function fillOf (found: Entry | undefined, calls: Call[]): Fill {
-  return {
+  const counted = (): string => `counted ${fill.servedAs ?? 'miss'}`
+  const fill = {
     rule: RULE,
     found,
+    servedAs: undefined,
     flight: {
-      settle: (...args: unknown[]) => { calls.push(['settle', ...args]) },
-      fail: (failure: unknown) => { calls.push(['fail', failure]) },
+      settle: (...args: unknown[]) => { calls.push(['settle', ...args, counted()]) },
+      fail: (failure: unknown) => { calls.push(['fail', failure, counted()]) },
       waiting: () => 1
     }
   } as unknown as Fill
+  return fill
 }
 
 interface Turn { gone?: boolean, replayed?: boolean, fill?: boolean, found?: Entry, claim?: unknown }
@@ -43,7 +46,7 @@ function budgetBench (t: Test, { admit = (): Verdict | Promise<Verdict> => ADMIT
     refund: (ticket: Ticket | undefined) => { bench.calls.push(['refund', ticket]) },
     describe: (v: { retryAfterMs: number }) => ({ message: 'the budget is spent', retryAfterSeconds: Math.ceil(v.retryAfterMs / 1000) })
   }
-  const cache = { standing: () => standing, missed: (rule: string) => { bench.calls.push(['missed', rule]) } }
+  const cache = { standing: () => standing }
   const idempotency = { unsent: (claim: unknown) => { bench.calls.push(['unsent', claim]) } }
   const stage = createBudgetStage(bench.options({ quota, cache, idempotency } as never), bench.path)
   const setUp = (request: FastifyRequest, turn: Turn): void => {
@@ -104,13 +107,16 @@ t.test('a usable stored answer stands in for a refusal, for the caller and those
   const stale = budgetBench(t, { standing: { usable: true, fresh: false } })
   t.equal((await stale.verdict(refusal('budget'), { found: FOUND })).body, 'served')
   t.same(stale.calls, [
-    ['settle', FOUND, true],
+    ['settle', FOUND, true, 'counted stale'],
     ['serveCached', FOUND, 'GET', { hit: true, detail: 'stale-budget' }, 'stale']
-  ], 'the waiters are told it stands in (stale-error), not that it is new')
+  ], 'the waiters are told it stands in (stale-error), not that it is new; the caller counted stale')
 
   const fresh = budgetBench(t, { standing: { usable: true, fresh: true } })
   await fresh.verdict(refusal('budget'), { found: FOUND })
-  t.same(fresh.calls[1], ['serveCached', FOUND, 'GET', { hit: true, detail: 'no-refresh-budget' }, 'hit'])
+  t.same(fresh.calls, [
+    ['settle', FOUND, true, 'counted hit'],
+    ['serveCached', FOUND, 'GET', { hit: true, detail: 'no-refresh-budget' }, 'hit']
+  ])
 })
 
 t.test('a refusal: a 429 with Retry-After, logged, and shared at once with the fetch\'s waiters', async (t) => {
@@ -119,9 +125,9 @@ t.test('a refusal: a 429 with Retry-After, logged, and shared at once with the f
   t.equal(res.status, 429)
   t.equal(res.headers['retry-after'], '3')
   t.equal(JSON.parse(res.body).error, 'UPSTREAM_RATE_LIMITED')
-  t.same(b.names(), ['missed', 'fail'])
-  t.equal(b.calls[0]?.[1], RULE.id, 'counted as a miss of its rule')
-  const failure = b.calls[1]?.[1] as Record<string, unknown>
+  t.same(b.names(), ['fail'])
+  t.equal(b.calls[0]?.[2], 'counted miss', 'counted as a miss as its flight ends')
+  const failure = b.calls[0]?.[1] as Record<string, unknown>
   t.same(Object.keys(failure).sort(), ['error', 'retryAfterSeconds'], 'the fleet\'s budget: other sidecars\' waiters refused too')
   t.equal(failure.retryAfterSeconds, 3)
   const logged = b.logs.entries().find((e) => e.msg === 'refused by the quota guard')
@@ -131,7 +137,7 @@ t.test('a refusal: a 429 with Retry-After, logged, and shared at once with the f
 t.test('a degraded refusal is this sidecar\'s own: other sidecars\' waiters are not refused with it', async (t) => {
   const b = budgetBench(t)
   t.equal((await b.verdict(refusal('degraded'), { fill: true })).status, 429)
-  t.match(b.calls[1], ['fail', { own: true, retryAfterSeconds: 3 }])
+  t.match(b.calls[0], ['fail', { own: true, retryAfterSeconds: 3 }])
 })
 
 t.test('a guard that fails: a 500, logged, and the request abandoned (its key free again, a fill\'s waiters sent on)', async (t) => {

@@ -32,13 +32,13 @@ export function createBudgetStage ({ quota, cache, metrics, fields }: StageOptio
     // A stored answer stands in for the refusal while it is within stale=.
     const standing = fill?.found === undefined ? undefined : cache?.standing(fill.found)
     if (fill?.found !== undefined && standing?.usable === true) {
+      fill.servedAs = standing.fresh ? 'hit' : 'stale'
       fill.flight.settle(fill.found, true)
       // A fresh one here was asked past (the caller's no-cache): it says the refresh was refused.
       const why = `${standing.fresh ? 'no-refresh' : 'stale'}-${verdict.reason}`
       path.serveCached(reply, fill.found, request.method, { hit: true, detail: why }, standing.fresh ? 'hit' : 'stale')
       return
     }
-    if (fill !== null) cache?.missed(fill.rule.id)
     const { message, retryAfterSeconds } = quota.describe(verdict)
     fields?.refused(rule, reply.raw, verdict.retryAfterMs)
     request.log.debug({ rule: verdict.scope, reason: verdict.reason, retryAfter: retryAfterSeconds }, 'refused by the quota guard')

@@ -22,27 +22,20 @@ export function createReplayStage ({ tokens, idempotency, cache }: Pick<StageOpt
       // not; with its caller gone and nobody waiting, nothing more is sent.
       const fill = request.fill
       const forOthers = (): boolean => fill !== null && fill.flight.waiting() > 0
-      // TI was asked and nobody is left to ask again for: the 401 was the fetch's answer.
-      const abandon = (): void => {
-        if (fill !== null) cache?.missed(fill.rule.id)
-        path.abandon(request)
-      }
+      // Nobody is left to ask again for: the 401 was the fetch's answer.
       if (callerGone(request) && !forOthers()) {
-        abandon()
+        path.abandon(request)
         return
       }
       request.replayed = true
       const rejected = request.token?.generation ?? 0
       void tokens.renewed(rejected).then((fresh) => {
         if (callerGone(request) && !forOthers()) {
-          abandon()
+          path.abandon(request)
           return
         }
         if (fresh === undefined) {
-          if (request.fill !== null) {
-            request.fill.flight.fail({ answer })
-            cache?.missed(request.fill.rule.id)
-          }
+          request.fill?.flight.fail({ answer })
           // idempotency: the 401 is the answer, and TI did not act on it: the key is free again.
           idempotency?.unsent(request.claim)
           if (callerGone(request)) return

@@ -28,8 +28,6 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     /** The quota guard's refusal as the request was leaving, if it came to that. */
     let refusal: Verdict | undefined
-    /** TI's answer began to stream to the caller: a fill's waiters were told and its miss counted. */
-    let streamed = false
     idempotency?.sending(request.claim)
     // A body on GET or HEAD is consumed, not forwarded (RFC 9110 §9.3.1): nor is its length.
     const headers = upstreamRequestHeaders(
@@ -67,7 +65,6 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         }
         if (fill !== null && cache !== undefined) {
           if (fillHeld(cache, fill, answer, path.serverFor(request, reply))) return
-          cache.missed(fill.rule.id)
         }
         if (callerGone(request)) return
         // Passed on as it came, byte for byte.
@@ -94,7 +91,6 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
         }
         idempotency?.failed(request.claim)
         if (fill !== null && cache !== undefined && fillFailed(cache, fill, path.serverFor(request, reply), { error: upstreamError(err) })) return
-        if (fill !== null) cache?.missed(fill.rule.id)
         if (callerGone(request)) return
         if (err instanceof UpstreamBusyError) {
           request.log.warn({ queued: upstream.queued() }, 'no upstream connection came free in time')
@@ -107,16 +103,12 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
       // not read on: TI did not fail. A fill's waiters fetch by themselves (unless told as it began).
       dropped: () => {
         idempotency?.failed(request.claim)
-        if (fill === null || cache === undefined || streamed) return
-        fill.flight.settle(undefined)
-        cache.missed(fill.rule.id)
+        fill?.flight.settle(undefined)
       },
+      // A fill's waiters fetch by themselves: this answer goes to its caller as it comes.
       started: () => {
         reply.hijack()
-        streamed = true
-        if (fill === null) return
-        fill.flight.settle(undefined)
-        cache?.missed(fill.rule.id)
+        fill?.flight.settle(undefined)
       },
       truncated: () => { request.exchange.truncated = true; idempotency?.failed(request.claim) }
     })
