@@ -40,6 +40,20 @@ t.test('one leader per key; waiters get its outcome; a leaving waiter stops wait
   t.same(await w4, { entry, standsIn: false }, 'a new answer, by default')
 })
 
+t.test('a leader\'s own callback runs once, as its flight ends, settled or failed', async (t) => {
+  const flights = createFlights({ holdBudgetBytes: 1, onEnd: () => {} })
+  const ended: string[] = []
+  const settled = flights.lead('a', () => { ended.push('a') })
+  const failed = flights.lead('b', () => { ended.push('b') })
+  t.same(ended, [], 'not before')
+  settled?.settle(entry)
+  failed?.fail({ error: new Error('TI failed') })
+  t.same(ended, ['a', 'b'])
+  settled?.fail({ error: new Error('late') })
+  failed?.settle(undefined)
+  t.same(ended, ['a', 'b'], 'once each')
+})
+
 t.test('the flights together hold at most their budget of bytes; settling gives it back', async (t) => {
   const flights = createFlights({ holdBudgetBytes: 100, onEnd: () => {} })
   const a = flights.lead('a')
