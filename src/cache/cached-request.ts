@@ -45,7 +45,7 @@ export function cachedRequest (options: CachedRequestOptions) {
     const { entry: found, unusable = false } = await cache.find(key, request.headers)
     if (callerGone(request)) return
     if (found !== undefined && !fresh && cache.standing(found).fresh) {
-      cache.counted(found.rule, 'hit')
+      cache.counted(rule.id, 'hit')
       serve(reply, found, request.method, { hit: true }, 'hit')
       return
     }
@@ -60,7 +60,7 @@ export function cachedRequest (options: CachedRequestOptions) {
       const { entry, standsIn, failure } = outcome
       if (entry !== undefined && varyMatches(entry.vary, request.headers)) {
         const result = standsIn ? 'stale' : 'coalesced'
-        cache.counted(entry.rule, result)
+        cache.counted(rule.id, result)
         serve(reply, entry, request.method, { hit: true, detail: standsIn ? 'stale-error' : 'coalesced' }, result)
         return
       }

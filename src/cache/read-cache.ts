@@ -194,7 +194,7 @@ export function createReadCache ({ clock, log, metrics, maxBytes, configuredMaxB
     invalidate,
     serve,
     notStored,
-    /** One request's cache result: a hit, a waiter's answer, or a fetch this sidecar led (fill.ts). */
+    /** One request's cache result, under this sidecar's rule for it (an entry may be another's): a hit, a waiter's answer, or a fetch it led (fill.ts). */
     counted: (rule: string, result: CacheResult): void => { metrics.cacheRequests.inc({ rule, result }) },
     entryMaxBytes,
     /** Whether an answer is fresh or usable now. */
