@@ -83,7 +83,8 @@ export function createFlights ({ holdBudgetBytes, onEnd }: { holdBudgetBytes: nu
         over = true
         held -= reserved
         reserved = 0
-        flights.delete(id)
+        // Not a later flight of the same key (one led after endAll).
+        if (flights.get(id) === waiting) flights.delete(id)
         onEnd(id, result)
         ended?.()
         for (const done of waiting) done(result)

@@ -74,3 +74,15 @@ t.test('endAll: every waiter goes on by itself', async (t) => {
   t.same(await w, { entry: undefined, standsIn: false })
   t.equal(flights.join('a', caller()), undefined)
 })
+
+t.test('a flight that ends after endAll leaves a later flight of its key be', async (t) => {
+  const flights = createFlights({ holdBudgetBytes: 1, onEnd: () => {} })
+  const before = flights.lead('a')
+  flights.endAll()
+  const after = flights.lead('a')
+  const w = flights.join('a', caller())
+  before?.settle(undefined)
+  t.equal(flights.lead('a'), undefined, 'the later flight still leads its key')
+  after?.settle(entry)
+  t.same(await w, { entry, standsIn: false }, 'its waiter gets its answer')
+})
