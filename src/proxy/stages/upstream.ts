@@ -20,11 +20,10 @@ export function createUpstreamStage (options: StageOptions, path: Path) {
 
   /** Sends the request upstream with its current token; the answer goes straight to the caller. */
   function forward (request: FastifyRequest, reply: FastifyReply, rule: Rule | undefined, ticket: Ticket | undefined): void {
-    const fill = cache === undefined ? null : request.fill
+    const fill = request.fill
     // A request that waited (for its budget, or another's fetch) goes with the newest token:
-    // the one it took may have been rejected meanwhile.
-    const newest = tokens.current()
-    if (newest !== undefined && request.token !== null && newest.generation > request.token.generation) request.token = newest
+    // the one it took may have been rejected meanwhile (none valid now: the one it took).
+    request.token = tokens.current() ?? request.token
     const body = request.replayBody ?? (request.body as Readable | undefined) ?? null
     /** The quota guard's refusal as the request was leaving, if it came to that. */
     let refusal: Verdict | undefined
