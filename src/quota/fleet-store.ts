@@ -106,6 +106,7 @@ export function createFleetStore (options: FleetStoreOptions) {
   /** When this process started: an earlier run of this sidecar may have spent until then. */
   const bornAt = clock.now()
   const memory = createMemoryPolicyReport(log, metrics, redis.displayUrl)
+  // Stryker disable next-line ArithmeticOperator: a smaller start is never read: the first reassertion extends the bound from its now (≥ bornAt) before Redis counts it present
   const view = createFleetView(fleetFloor, bornAt + redisTimeoutMs + timing.presenceTtlMs)
   const reporting = createFleetReport({ view, log, metrics, fleetFloor, displayUrl: redis.displayUrl, largestDeclared: () => member.sizes?.hi ?? 0 })
   const { setState, learn } = reporting
@@ -116,8 +117,7 @@ export function createFleetStore (options: FleetStoreOptions) {
     view, reporting, redis, clock, log, metrics, rules, redisTimeoutMs, timing, ledger, cooldowns, member, noteMemoryPolicy: memory.note, onCooldown, placed: departures.reasserted
   })
   const { fallBack, reassert, schedule } = conversation
-  const bound = options.aloneMaxMs === undefined ? {} : { aloneMaxMs: options.aloneMaxMs }
-  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders, ...bound })
+  const alone = createAlone({ view, clock, ledger, timing, fleetFloor, bornAt, probeSoon: conversation.probeSoon, spenders: reporting.spenders, aloneMaxMs: options.aloneMaxMs })
 
   async function shared (scope: string, limits: readonly Limit[]): Promise<Take> {
     // This sidecar's own sends that have not left yet count as leaving now: Redis may have
