@@ -13,9 +13,11 @@
 // or a head whole that never began), that connection's heads are not followed: neither bounded
 // nor closed, told (`unfollowed`) and counted on /status; MAX_CONNECTIONS, admission and the
 // memory waters still hold, and the bound still holds the others.
+// A closed connection's parser is closed, not left in Node's pool: pooled, it keeps the copies
+// of the header values it read in pieces, a closed head's included (unpoolParser).
 import type { Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import { followHeads, pendingResponse, resumeReading, stopReading, unfollowHeads } from '../upstream/socket-internals.js'
+import { followHeads, httpParserOf, pendingResponse, resumeReading, stopReading, unfollowHeads, unpoolParser } from '../upstream/socket-internals.js'
 
 export interface WaitingConnections {
   /**
@@ -139,6 +141,9 @@ export function followWaiting (server: Server, { answerHead, unfollowed, readBeh
     pending.once('close', () => { if (held.has(socket)) holdBehind(socket) })
   }
   server.on('connection', (socket: Socket) => {
+    // After Node's own 'close' listener, which pooled it.
+    const parser = httpParserOf(socket)
+    socket.once('close', () => { unpoolParser(parser) })
     const mismatch = followHeads(socket, {
       begun: () => {
         inHead.add(socket)

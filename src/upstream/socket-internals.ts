@@ -20,6 +20,9 @@
 //   for every parser of the pool) once that message's head is whole (followHeads). Checked
 //   on each parser before use (headSlotsMismatch): the slot numbers on HTTPParser, slot 2's
 //   function name, slot 0 empty; otherwise heads are not followed (waiting-connections.ts).
+// - Node's http server gives a closed connection's parser back to a pool (`parsers` of the
+//   legacy module `_http_common`, its free parsers in the array `list`), and `close()`s a
+//   parser itself when the pool is full (unpoolParser).
 //
 // Checked with undici 7.30.2 (package.json pins ~7.30.2) on Node.js 24.22.3; each
 // upgrade of either must run these tests, which fail if an assumption breaks:
@@ -33,7 +36,10 @@
 // - test/overload/held-heads.test.ts (reads stopped behind an exchange, resumed after it);
 // - test/upstream/head-slots.test.ts (this Node's parser passes headSlotsMismatch; one that
 //   does not is left untouched).
+// - test/overload/parser-pool.test.ts (a closed connection's parser, and the head it held,
+//   leave the pool).
 import type { ServerResponse } from 'node:http'
+import { createRequire } from 'node:module'
 import type { Socket } from 'node:net'
 
 /** Whether undici is, at this moment, ending a message because of an ECONNRESET. */
@@ -206,4 +212,36 @@ export function followHeads (socket: Socket, watch: HeadWatch): string | undefin
 /** Stops calling `socket`'s watch (its parser is left as it is: the functions find no watch). */
 export function unfollowHeads (socket: Socket): void {
   watches.delete(socket)
+}
+
+/** A socket's HTTP parser (Node's server sets it at the connection), to hand to unpoolParser once the socket closed. */
+export const httpParserOf = (socket: Socket): object | null | undefined => parserOf(socket)
+
+interface ParserPool { list: unknown[] }
+let parserPool: ParserPool | null | undefined
+function pooledParsers (): unknown[] | undefined {
+  if (parserPool === undefined) {
+    try {
+      const { parsers } = createRequire(import.meta.url)('_http_common') as { parsers?: { list?: unknown } }
+      parserPool = Array.isArray(parsers?.list) ? parsers as ParserPool : null
+    } catch {
+      parserPool = null
+    }
+  }
+  return parserPool?.list
+}
+
+/**
+ * Takes a closed connection's parser out of Node's pool, when Node put it there, and closes it
+ * (as Node does when the pool is full), on the next turn like Node. A pooled parser keeps the
+ * copies of the header values it held across reads until a later head of as many fields
+ * begins: up to MAX_HEADER_BYTES each, for up to 1000 parsers. Returns whether it was pooled.
+ */
+export function unpoolParser (parser: object | null | undefined): boolean {
+  const list = pooledParsers()
+  const at = parser === null || parser === undefined || list === undefined ? -1 : list.lastIndexOf(parser)
+  if (at === -1) return false
+  list?.splice(at, 1)
+  setImmediate(() => { (parser as { close?: () => void }).close?.() })
+  return true
 }
