@@ -236,6 +236,7 @@ function pooledParsers (): unknown[] | undefined {
  * (as Node does when the pool is full), on the next turn like Node. A pooled parser keeps the
  * copies of the header values it held across reads until a later head of as many fields
  * begins: up to MAX_HEADER_BYTES each, for up to 1000 parsers. Returns whether it was pooled.
+ * (An async_hooks destroy hook, none here, then sees a second destroy, of id -1: free() sent the first.)
  */
 export function unpoolParser (parser: object | null | undefined): boolean {
   const list = pooledParsers()

@@ -60,6 +60,11 @@ t.test('heads closed by their caller or shed, a head read in pieces then answere
   t.notOk(pooled(leftSide), 'the parser of the head its caller left is not pooled')
   t.notOk(pooled(shedSide), 'nor that of the head shed')
   t.notOk(pooled(wholeSide), 'nor that of the head read in pieces, answered')
+  // Closed, not only unpooled: a parser out of the pool and never closed is never collected.
+  await new Promise((resolve) => setImmediate(resolve))
+  const buffered = (parser: unknown): unknown => (parser as { getCurrentBuffer: () => unknown }).getCurrentBuffer()
+  for (const parser of [leftSide, shedSide, wholeSide]) t.equal(buffered(parser), undefined, 'its parser closed')
+  t.not(buffered(httpParserOf(sockets[0]!)), undefined, 'the one in use open')
   t.notOk(unpoolParser(httpParserOf(sockets[0]!)), 'a parser in use is not pooled, and left alone')
   kept.socket.write('GET /again HTTP/1.1\r\nHost: x\r\n\r\n')
   await eventually(t, 'the keep-alive answered again', () => kept.got().split('ok').length === 3)
