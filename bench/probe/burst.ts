@@ -19,7 +19,7 @@ await new Promise<void>((resolve) => standIn.listen(0, '127.0.0.1', resolve))
 const url = `http://127.0.0.1:${(standIn.address() as AddressInfo).port}`
 
 async function burst (main: string): Promise<string> {
-  const child = spawn(process.execPath, ['--max-semi-space-size=4', main, 'serve'], {
+  const child = spawn(process.execPath, ['--max-semi-space-size=4', '--expose-gc', main, 'serve'], {
     env: { PATH: process.env.PATH, GLIBC_TUNABLES: TUNABLES, AUTH_URL: url, UPSTREAM_URL: url, CLIENT_ID: 'id', CLIENT_SECRET: 'secret', PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1' }
   })
   let out = ''

@@ -4,9 +4,10 @@
 
 /**
  * A 4 MiB young-generation semi-space keeps RSS under load about 20 MiB lower at the same CPU
- * per request (bench/README.md).
+ * per request (bench/README.md). --expose-gc gives the overload manager and the idle collection
+ * V8's gc() without a second context, which costs every request CPU (overload/memory-watch.ts).
  */
-export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4']
+export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4', '--expose-gc']
 
 /**
  * Freed memory goes back to the OS. glibc's defaults keep what a burst freed: after four loads

@@ -24,9 +24,7 @@ export function liveBytes (usage: Pick<NodeJS.MemoryUsage, 'heapUsed' | 'externa
 
 /**
  * A full collection, so that shedding is decided on what is truly alive: a shedding sidecar
- * allocates too little to trigger one (docs/overload.md#why-these-numbers). V8's gc() is reached
- * without --expose-gc on the command line: the flag is set at run time and the function taken
- * from a fresh context, so the main context's globals stay unchanged.
+ * allocates too little to trigger one (docs/overload.md#why-these-numbers).
  */
 export function fullCollection (): () => void {
   const gc = exposedGc()
@@ -46,7 +44,14 @@ export function youngCollection (): () => void {
 /** V8's gc(), with the options its extension takes. */
 export type Gc = (options?: { type: 'minor' | 'major', execution?: 'sync' | 'async', flavor?: 'regular' | 'last-resort' }) => void
 
+/**
+ * V8's gc(): the global one where node was started with --expose-gc, as the image and `npm
+ * start` run it (cli/shipped.ts). Otherwise the flag is set at run time and gc taken from a new
+ * context, which works but costs: a second context made a plain node:http server's requests
+ * about 9 % dearer in CPU (bench/RESULTS.md, 2026-12-03).
+ */
 export function exposedGc (): Gc {
+  if (typeof globalThis.gc === 'function') return globalThis.gc as Gc
   setFlagsFromString('--expose-gc')
   return runInNewContext('gc') as Gc
 }

@@ -184,7 +184,7 @@ check "image runs as a numeric non-root user" eq "$(inspect '{{.Config.User}}')"
 ports=$(inspect '{{json .Config.ExposedPorts}}')
 check "image exposes 8080 and 9090" eq "$ports" '{"8080/tcp":{},"9090/tcp":{}}'
 check "image entrypoint runs node directly, exec form" \
-  eq "$(inspect '{{json .Config.Entrypoint}}')" '["/nodejs/bin/node","--max-semi-space-size=4","/app/dist/bundle/main.js"]'
+  eq "$(inspect '{{json .Config.Entrypoint}}')" '["/nodejs/bin/node","--max-semi-space-size=4","--expose-gc","/app/dist/bundle/main.js"]'
 check "image HEALTHCHECK is exec form (no shell)" \
   eq "$(inspect '{{json .Config.Healthcheck.Test}}')" '["CMD","/nodejs/bin/node","/app/dist/main.js","healthcheck"]'
 labels=$(inspect '{{json .Config.Labels}}')

@@ -3,7 +3,9 @@
 // quiet; never while busy, never again while nothing grew, nothing after stop. Time is a fake
 // clock; the heap and the event loop's busy share are what each step says they are.
 import { getHeapSpaceStatistics } from 'node:v8'
-import t from 'tap'
+import t, { type Test } from 'tap'
+import { NODE_FLAGS } from '../../src/cli/shipped.js'
+import { exposedGc } from '../../src/overload/memory-watch.js'
 import { FIRST_CHECK_MS, IDLE_CHECK_MS, IDLE_UTILIZATION, loopUtilization, reducingCollection, REGROWN_BYTES, returnMemoryWhenIdle, USED_MAX_BYTES } from '../../src/overload/idle-memory.js'
 import { CLIENT_ID, CLIENT_SECRET, startStandIn } from '../helpers/build.js'
 import { fakeClock } from '../helpers/fake-clock.js'
@@ -149,11 +151,34 @@ t.test('by default the committed heap decides: the first quiet check always coll
   memory.stop()
 })
 
-t.test('serve: one collection soon after the first token, counted on /metrics', { skip: SKIP_UNDER_MUTATION }, async (t) => {
+t.test('V8\'s gc: the global one where node exposes it, a new context\'s only otherwise', async (t) => {
+  const global = globalThis as { gc?: unknown }
+  const before = global.gc
+  t.teardown(() => { global.gc = before })
+  const calls: unknown[] = []
+  const exposed = (options?: unknown): void => { calls.push(options) }
+  global.gc = exposed
+  t.equal(exposedGc(), exposed, 'node started with --expose-gc: its global gc')
+  reducingCollection()()
+  t.same(calls, [{ type: 'major', execution: 'sync', flavor: 'last-resort' }])
+  global.gc = undefined
+  const fromContext = exposedGc()
+  t.not(fromContext, exposed)
+  t.equal(typeof fromContext, 'function', 'without it: the flag set at run time, gc from a new context')
+  t.equal(global.gc, undefined, 'the main context\'s globals unchanged')
+})
+
+for (const [how, nodeArgs] of [['as `node dist/main.js`', []], ['with the shipped flags', [...NODE_FLAGS]]] as const) {
+  t.test(`serve ${how}: one collection soon after the first token, counted on /metrics`, { skip: SKIP_UNDER_MUTATION }, async (t) => {
+    await serveCollects(t, nodeArgs)
+  })
+}
+
+async function serveCollects (t: Test, nodeArgs: readonly string[]): Promise<void> {
   const standIn = await startStandIn(t)
   const running = runMain(t, ['serve'], {
     AUTH_URL: standIn.url, UPSTREAM_URL: standIn.url, CLIENT_ID, CLIENT_SECRET, PORT: '0', ADMIN_PORT: '0', ADMIN_HOST: '127.0.0.1', LOG_LEVEL: 'debug'
-  })
+  }, [...nodeArgs])
   const admin = (await running.waitFor(/"listener":"admin","msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/))[1] ?? ''
   await running.waitFor(/access token acquired/)
   const line = await running.waitFor(/"heapBytes":\{"before":(\d+),"after":(\d+)\},"msg":"quiet: a memory-reducing collection returned/, 30_000)
@@ -162,4 +187,4 @@ t.test('serve: one collection soon after the first token, counted on /metrics', 
   t.equal(seen, '1', 'one collection after start-up')
   running.child.kill('SIGTERM')
   t.equal(await running.exited, 0, 'stopped cleanly')
-})
+}
