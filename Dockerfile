@@ -90,8 +90,9 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
 # node is PID 1 and handles SIGTERM itself (not ready, drain, exit 0); never `npm start`,
 # which would sit between the signal and the process. The flags are the launcher's
 # (src/cli/shipped.ts: a 4 MiB young-generation semi-space keeps RSS under load about 20 MiB
-# lower at the same CPU per request; V8's gc() without a second context, which costs CPU). The bundle runs every command; node_modules stay in the
-# image for dist/main.js, which runs the same code file by file.
+# lower at the same CPU per request; --expose-gc gives V8's gc() without a second context,
+# which costs CPU). The bundle runs every command; node_modules stay in the image for
+# dist/main.js, which runs the same code file by file.
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "--expose-gc", "/app/dist/bundle/main.js"]
 CMD ["serve"]
 

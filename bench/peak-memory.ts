@@ -5,7 +5,7 @@
 //   npm run build && npx tsc -p bench/tsconfig.json && node dist/bench/peak-memory.js [runs]
 //
 // Starts the stand-in TI APIs (`node dist/main.js stand-in`) as token endpoint and upstream,
-// and the sidecar as shipped (`node --max-semi-space-size=4 --expose-gc dist/main.js`, the chart's
+// and the sidecar as shipped (`node <the image's flags> dist/main.js`, the chart's
 // default settings), then, after the first token:
 //   1. idle: RSS and RssAnon;
 //   2. 100 keep-alive callers, each sending GET /v2/store/products/LM358BIDR back to back, 8 s;
@@ -18,6 +18,8 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { Pool } from 'undici'
+import { REPO } from './lib/options.js'
+import { shippedNodeFlags } from './lib/shipped.js'
 
 const MAIN = fileURLToPath(new URL('../main.js', import.meta.url))
 const CALLERS = 100
@@ -84,7 +86,7 @@ async function once (): Promise<Record<string, number>> {
     CLIENT_SECRET: 'Zm9v+YmFy/c2VjcmV0=',
     PORT: String(port),
     ADMIN_PORT: String(adminPort)
-  }, ['--max-semi-space-size=4', '--expose-gc'])
+  }, shippedNodeFlags(REPO))
   const pid = sidecar.pid ?? NaN
   await until(async () => (await fetch(`http://127.0.0.1:${adminPort}/readyz`)).ok, 'the sidecar\'s first token')
   await new Promise((resolve) => setTimeout(resolve, 1000))

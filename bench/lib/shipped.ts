@@ -3,7 +3,7 @@ import { join } from 'node:path'
 
 /**
  * The node flags the sidecar ships with, read from the image's ENTRYPOINT in DIR's Dockerfile
- * (`["/nodejs/bin/node", "--max-semi-space-size=4", "/app/dist/bundle/main.js"]`, or dist/main.js). `npm start` (the
+ * (`["/nodejs/bin/node", "--max-semi-space-size=4", "--expose-gc", "/app/dist/bundle/main.js"]`, or dist/main.js). `npm start` (the
  * launcher, src/launch.ts) applies the same flags (test/deploy/shipped.test.ts checks), so the
  * benchmark and the soak run the sidecar as it runs in production.
  */
