@@ -1,0 +1,35 @@
+// The mutation areas (stryker/*.config.mjs) against the tree: every pattern still names a
+// file, and a mutated file's own test file (src/x/y.ts's test/x/y.test.ts) is among its
+// area's tests. When src/ was grouped by concern, test/quota/redis-client.test.ts moved to
+// test/redis/connection.test.ts, out of quota-fleet's patterns: its 17 mutants of
+// src/redis/connection.ts survived, and only the next full run showed it.
+import { existsSync, globSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import t from 'tap'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+
+interface Area { mutate: string[], tap: { testFiles: string[] } }
+
+// token-file.config.mjs is one token file against its own test, chosen by TOKEN_FILE: not an area.
+const AREAS = readdirSync(join(ROOT, 'stryker')).filter((f) => f.endsWith('.config.mjs') && f !== 'token-file.config.mjs')
+
+const matches = (pattern: string): string[] => globSync(pattern, { cwd: ROOT })
+
+t.ok(AREAS.length >= 6, `the areas are read (${AREAS.join(', ')})`)
+
+for (const file of AREAS) {
+  t.test(file, async (t) => {
+    const area = ((await import(pathToFileURL(join(ROOT, 'stryker', file)).href)) as { default: Area }).default
+    const mutated = area.mutate.filter((p) => !p.startsWith('!'))
+    for (const pattern of [...mutated, ...area.tap.testFiles]) {
+      t.not(matches(pattern).length, 0, `${pattern} names a file`)
+    }
+    const tests = new Set(area.tap.testFiles.flatMap(matches))
+    for (const source of mutated.flatMap(matches)) {
+      const own = source.replace(/^src\//, 'test/').replace(/\.ts$/, '.test.ts')
+      if (existsSync(join(ROOT, own))) t.ok(tests.has(own), `${source}'s own tests (${own}) are in the area`)
+    }
+  })
+}
