@@ -63,6 +63,7 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     present: 0,
     presenceBound,
     renewedAt: -Infinity,
+    // Stryker disable next-line UnaryOperator: read only once everShared, and what sets that renews this first
     renewedWallAt: -Infinity,
     graceUntil: -Infinity,
     firstGraceUntil: undefined,

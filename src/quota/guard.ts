@@ -130,7 +130,7 @@ function createCooldownGauge (clock: Clock, metrics: Metrics, cooldowns: Cooldow
   const gaugeTimers = new Map<string, { endsAt: number, cancel: () => void }>()
   for (const scope of scopes) metrics.rateLimitCooldownUntil.set({ rule: scope }, 0)
   return {
-    /** Puts the scope's cool-down under way (if any, and later than the one shown) on its gauge. */
+    /** Puts the scope's cool-down under way (if any, and ending over 1 ms after the one shown: within that, the same one) on its gauge. */
     note (scope: string): void {
       const ms = cooldowns.left(scope)
       if (ms <= 0) return

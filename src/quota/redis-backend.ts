@@ -121,7 +121,7 @@ export function redisTiming (clock: Clock, timeoutMs: number) {
       const mine = ++seq
       pending.push({ seq: mine, at: clock.now() })
       const value = await reply
-      while (pending.length > 0 && (pending[0]?.seq ?? Infinity) <= mine) pending.shift()
+      while ((pending[0]?.seq ?? Infinity) <= mine) pending.shift()
       return value
     },
     deadline: (): number => calibration === undefined ? -1 : Math.floor(calibration.redisMs + (clock.now() - calibration.localMs)) + timeoutMs,
@@ -130,7 +130,7 @@ export function redisTiming (clock: Clock, timeoutMs: number) {
 }
 
 export function createRedisStore ({ url, timeoutMs, prefix, clock, currentUrl }: RedisStoreOptions) {
-  const connection = openRedis({ url, timeoutMs, ...(currentUrl === undefined ? {} : { currentUrl }) })
+  const connection = openRedis({ url, timeoutMs, currentUrl })
   const { displayUrl } = connection
   const client = connection.client as ScriptClient
   client.defineCommand('sapTake', { lua: TAKE })
