@@ -7,35 +7,16 @@ import { EventEmitter } from 'node:events'
 import t from 'tap'
 import { createQuotaGuard, UPSTREAM_SCOPE, type Caller, type QuotaGuard, type Verdict } from '../../src/quota/guard.js'
 import type { FleetStatus, FleetStore } from '../../src/quota/fleet-store.js'
-import { parseRules, type Limit, type Rule } from '../../src/config/rate-limit-rules.js'
+import type { Limit, Rule } from '../../src/config/rate-limit-rules.js'
 import type { RateLimitConfig } from '../../src/config/rate-limits.js'
 import { createCooldowns, createLocalStore, type Take } from '../../src/quota/store.js'
 import { createMetrics } from '../../src/metrics.js'
 import { PENDING_HOLD_MS } from '../../src/quota/ledger.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
+import { guardConfig as config } from './guard-config.js'
 
 const WALL_START = 1_700_000_000_000
-
-function config (rules: string, options: Partial<RateLimitConfig> = {}): RateLimitConfig {
-  const parsed = parseRules(rules, 'RATE_LIMITS')
-  if (parsed.problems.length > 0) throw new Error(parsed.problems.join('\n'))
-  return {
-    rules: parsed.rules,
-    rulesSource: rules === '' ? undefined : 'RATE_LIMITS',
-    maxWaitMs: 2_000,
-    cooldownMs: 1_000,
-    cooldownMaxMs: 60_000,
-    redisUrl: undefined,
-    redisUrlSource: undefined,
-    redisUrlFile: undefined,
-    redisTimeoutMs: 500,
-    fleetSize: 0,
-    aloneMaxMs: 3_600_000,
-    headers: true,
-    ...options
-  }
-}
 
 /** A caller as the guard sees a ServerResponse: `destroyed` is set before 'close' is emitted (node's onServerResponseClose). */
 function caller () {
