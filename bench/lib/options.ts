@@ -32,6 +32,10 @@ export interface Options {
   streamRounds: number
   startups: number
   warmupS: number
+  /** Seconds each target idles just before each measured run (on top of the others' turns). */
+  idleS: number
+  /** Seconds of unrecorded saturation just before each measured run: the target measured warm. */
+  rewarmS: number
   workloads: Set<string>
   sidecars: Sidecar[]
   /** Where the bundle targets' compile cache is filled (default: the run's directory). */
@@ -65,6 +69,10 @@ export const USAGE = `usage: node dist/bench/run.js [options]
   --stream-rounds N       rounds of the streaming workload (default 3)
   --startups N            sidecar starts timed (default 5)
   --warmup-s S            unrecorded saturation run per target before measuring (default 3)
+  --idle-s S              before each measured saturation or fixed-rate run, the target idles S s more
+                          (default 0): a sidecar idle 10-20 s runs its memory-reducing collection
+  --rewarm-s S            before each measured saturation or fixed-rate run, an unrecorded saturation
+                          run of S s (default 0): each run measured warm, whatever the idle before it
   --workloads LIST        any of saturation,rate,stream,startup (default all)
   --sidecar NAME=DIR[@NODE]  a sidecar build to measure (repeatable; default sidecar=<this repo>);
                           DIR must hold a built dist/main.js: use it for A/B runs of a changed copy;
@@ -102,6 +110,8 @@ export function parseOptions (argv: string[]): Options {
     streamRounds: 3,
     startups: 5,
     warmupS: 3,
+    idleS: 0,
+    rewarmS: 0,
     workloads: new Set(['startup', 'saturation', 'rate', 'stream']),
     sidecars: [],
     compileCache: undefined,
@@ -147,6 +157,8 @@ export function parseOptions (argv: string[]): Options {
       case '--stream-rounds': o.streamRounds = number(); break
       case '--startups': o.startups = number(); break
       case '--warmup-s': o.warmupS = number(); break
+      case '--idle-s': o.idleS = number(); break
+      case '--rewarm-s': o.rewarmS = number(); break
       case '--workloads': o.workloads = new Set(value().split(',')); break
       case '--sidecar': {
         const m = /^([\w.-]+)=([^@]+)(?:@(.+))?$/.exec(value())
