@@ -21,8 +21,8 @@ import { httpOk, killAll, killChildrenOnExit, launch, sleep, stop, tcpAccepts, w
 import { report, type Results } from './lib/report.js'
 import { f } from './lib/stats.js'
 import { entryPoint, fillCompileCache, nodeCommand, startNginx, startSidecar, STATIC_AUTHORIZATION, type Env, type Target } from './lib/targets.js'
-import { paced } from './lib/workloads/rate.js'
-import { wrk } from './lib/workloads/saturation.js'
+import { paced, type RateRun } from './lib/workloads/rate.js'
+import { wrk, type SaturationRun } from './lib/workloads/saturation.js'
 import { startup } from './lib/workloads/startup.js'
 import { stream } from './lib/workloads/stream.js'
 
@@ -115,6 +115,8 @@ async function main (): Promise<void> {
       rate: o.rate,
       rateS: o.rateS,
       rateWarmupS: o.rateWarmupS,
+      idleS: o.idleS,
+      rewarmS: o.rewarmS,
       streamBytes: o.streamBytes,
       streamRounds: o.streamRounds,
       startups: o.startups,
@@ -187,16 +189,22 @@ async function main (): Promise<void> {
     log(`warmed up: ${targets.map((t) => t.name).join(', ')}`)
   }
 
-  /** What precedes each measured run of a target: --idle-s of rest, then --rewarm-s of load. */
-  const primed = async (t: Target): Promise<void> => {
+  /**
+   * Each measured run of a target: --idle-s of rest, the wait for a quiet machine (measured()),
+   * --rewarm-s of unrecorded load, then the run.
+   */
+  const measuredRun = async <T extends SaturationRun | RateRun>(t: Target, run: () => Promise<T>): Promise<T> => {
     if (o.idleS > 0) await sleep(o.idleS * 1000)
-    if (o.rewarmS > 0) await wrk(env, t, o.rewarmS, 0)
+    return await measured(env, results.discarded, async () => {
+      if (o.rewarmS > 0) await wrk(env, t, o.rewarmS, 0)
+      return await run()
+    })
   }
 
   if (o.workloads.has('saturation')) {
     for (let round = 1; round <= o.rounds; round++) {
       for (const t of targets) {
-        const r = await measured(env, results.discarded, async () => { await primed(t); return await wrk(env, t, o.saturationS, round) })
+        const r = await measuredRun(t, async () => await wrk(env, t, o.saturationS, round))
         results.saturation.push(r)
         log(`saturation round ${round} ${t.name}: ${f(r.rps, 0)} req/s, p99 ${f(r.latencyMs.p99 ?? NaN, 2)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, RSS ${f(r.peakRssMiB)} MiB (private ${f(r.peakRssAnonMiB)}), errors ${r.errors}, other load ${f(r.foreignCpuPct, 0)} %`)
       }
@@ -206,7 +214,7 @@ async function main (): Promise<void> {
   if (o.workloads.has('rate')) {
     for (let round = 1; round <= o.rounds; round++) {
       for (const t of targets) {
-        const r = await measured(env, results.discarded, async () => { await primed(t); return await paced(env, t, round) })
+        const r = await measuredRun(t, async () => await paced(env, t, round))
         results.rate.push(r)
         log(`rate round ${round} ${t.name}: ${f(r.achievedRate, 0)} req/s, p50 ${f(r.serviceMs.p50 ?? NaN, 3)} p99 ${f(r.serviceMs.p99 ?? NaN, 3)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, lag p99 ${f(r.sendLagMs.p99 ?? NaN, 2)} ms, errors ${r.errors}`)
       }

@@ -72,7 +72,8 @@ export const USAGE = `usage: node dist/bench/run.js [options]
   --idle-s S              before each measured saturation or fixed-rate run, the target idles S s more
                           (default 0): a sidecar idle 10-20 s runs its memory-reducing collection
   --rewarm-s S            before each measured saturation or fixed-rate run, an unrecorded saturation
-                          run of S s (default 0): each run measured warm, whatever the idle before it
+                          run of S s (whole seconds, at least 1; default 0: none): each run measured
+                          warm, whatever the idle before it
   --workloads LIST        any of saturation,rate,stream,startup (default all)
   --sidecar NAME=DIR[@NODE]  a sidecar build to measure (repeatable; default sidecar=<this repo>);
                           DIR must hold a built dist/main.js: use it for A/B runs of a changed copy;
@@ -157,8 +158,8 @@ export function parseOptions (argv: string[]): Options {
       case '--stream-rounds': o.streamRounds = number(); break
       case '--startups': o.startups = number(); break
       case '--warmup-s': o.warmupS = number(); break
-      case '--idle-s': o.idleS = number(); break
-      case '--rewarm-s': o.rewarmS = number(); break
+      case '--idle-s': o.idleS = Number(value()); break
+      case '--rewarm-s': o.rewarmS = Number(value()); break
       case '--workloads': o.workloads = new Set(value().split(',')); break
       case '--sidecar': {
         const m = /^([\w.-]+)=([^@]+)(?:@(.+))?$/.exec(value())
@@ -210,6 +211,9 @@ export function parseOptions (argv: string[]): Options {
     if (!given.has('--warmup-s')) o.warmupS = 1
     if (!given.has('--quiet-wait-s')) o.quietWaitS = 0
     if (!given.has('--retries')) o.retries = 0
+  }
+  for (const [name, v] of [['--idle-s', o.idleS], ['--rewarm-s', o.rewarmS]] as const) {
+    if (!Number.isFinite(v) || v < 0) die(`${name} needs a number of seconds, 0 or more`)
   }
   for (const w of o.workloads) {
     if (!['startup', 'saturation', 'rate', 'stream'].includes(w)) die(`unknown workload ${w}`)
