@@ -204,7 +204,7 @@ async function main (): Promise<void> {
   if (o.workloads.has('saturation')) {
     for (let round = 1; round <= o.rounds; round++) {
       for (const t of targets) {
-        const r = await measuredRun(t, async () => await wrk(env, t, o.saturationS, round))
+        const r = await measuredRun(t, () => wrk(env, t, o.saturationS, round))
         results.saturation.push(r)
         log(`saturation round ${round} ${t.name}: ${f(r.rps, 0)} req/s, p99 ${f(r.latencyMs.p99 ?? NaN, 2)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, RSS ${f(r.peakRssMiB)} MiB (private ${f(r.peakRssAnonMiB)}), errors ${r.errors}, other load ${f(r.foreignCpuPct, 0)} %`)
       }
@@ -214,7 +214,7 @@ async function main (): Promise<void> {
   if (o.workloads.has('rate')) {
     for (let round = 1; round <= o.rounds; round++) {
       for (const t of targets) {
-        const r = await measuredRun(t, async () => await paced(env, t, round))
+        const r = await measuredRun(t, () => paced(env, t, round))
         results.rate.push(r)
         log(`rate round ${round} ${t.name}: ${f(r.achievedRate, 0)} req/s, p50 ${f(r.serviceMs.p50 ?? NaN, 3)} p99 ${f(r.serviceMs.p99 ?? NaN, 3)} ms, proxy ${f(r.proxyCpuPerReqUs)} µs/req, lag p99 ${f(r.sendLagMs.p99 ?? NaN, 2)} ms, errors ${r.errors}`)
       }
