@@ -76,9 +76,10 @@ export function createAlone ({ view, clock, ledger, timing, fleetFloor, bornAt, 
      */
     take (scope: string, limits: readonly Limit[], id: string): Take {
       probeSoon()
-      // Redis is being told the ledger: a send admitted now could miss that snapshot. Never
-      // counted present by Redis: nobody would hold back what it spent (redis-scripts.ts).
-      if (view.reasserting !== undefined || !view.everShared) return { kind: 'degraded', ms: timing.heartbeatMs }
+      // Redis is being told the ledger: a send admitted now could miss that snapshot (after a
+      // lost epoch the refusal says Redis lost its data, not that it is silent). Never counted
+      // present by Redis: nobody would hold back what it spent (redis-scripts.ts).
+      if (view.reasserting !== undefined || !view.everShared) return { kind: 'degraded', ms: timing.heartbeatMs, ...(view.epochLost ? { lost: true } : {}) }
       const now = clock.now()
       if (ended(now)) return { kind: 'degraded', ms: timing.heartbeatMs, aloneEnded: true }
       if (oneOfOne()) {

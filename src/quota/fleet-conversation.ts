@@ -81,8 +81,9 @@ export function createConversation (options: ConversationOptions) {
     schedule()
   }
 
-  /** Redis answers again (or for the first time): tell it the ledger, then share. Single-flight. */
-  function reassert (): Promise<void> {
+  /** Redis answers again (or for the first time; or without its data, `epochLost`): tell it the ledger, then share. Single-flight. */
+  function reassert (epochLost = false): Promise<void> {
+    view.epochLost ||= epochLost
     view.reasserting ??= (async () => {
       try {
         await redis.readClock()
@@ -104,7 +105,7 @@ export function createConversation (options: ConversationOptions) {
         if (reply.epochAgeMs < timing.freshGraceMs) view.graceUntil = clock.now() + timing.freshGraceMs - reply.epochAgeMs
         if (view.starting) view.firstGraceUntil = view.graceUntil
         learn(reply)
-        // Stryker disable next-line all: reported only (memory-policy.ts; test/budgets/eviction-policy.test.ts)
+        // Stryker disable next-line all: reported only (memory-policy.ts; test/quota/eviction-policy.test.ts)
         void Promise.resolve().then(redis.memoryPolicy).then(options.noteMemoryPolicy, () => {})
         await shareCooldowns(options)
         const was = view.state
@@ -118,6 +119,7 @@ export function createConversation (options: ConversationOptions) {
         fallBack(err)
       } finally {
         view.reasserting = undefined
+        view.epochLost = false
         schedule()
       }
     })()
@@ -137,7 +139,7 @@ export function createConversation (options: ConversationOptions) {
           for (const [scope, ms] of reply.cooldowns) if (cooldowns.adopt(scope, ms)) onCooldown(scope)
         } else if (reply.code === 'epoch') {
           setState('degraded')
-          await reassert()
+          await reassert(true)
           return
         }
         // A late heartbeat changes nothing by itself: takes still go to Redis and are safe

@@ -157,7 +157,7 @@ export function createFleetStore (options: FleetStoreOptions) {
       case 'epoch':
         // Redis lost (or changed) its data: decide alone until the ledger is told again.
         setState('degraded')
-        void reassert()
+        void reassert(true)
         return alone.take(scope, limits, id)
       default:
         fallBack(new Error(`no answer within ${redisTimeoutMs} ms`))

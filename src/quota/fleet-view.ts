@@ -53,6 +53,8 @@ export interface FleetView {
   problem: string | undefined
   /** The reassertion under way (Redis is being told the ledger), if any. */
   reasserting: Promise<void> | undefined
+  /** That reassertion follows Redis answering without its data (its epoch lost): refusals meanwhile say so. */
+  epochLost: boolean
 }
 
 /** A view of a fleet not yet contacted: `presenceBound` as if a script was sent at start. */
@@ -70,7 +72,8 @@ export function createFleetView (fleetFloor: number, presenceBound: number): Fle
     starting: true,
     everShared: false,
     problem: undefined,
-    reasserting: undefined
+    reasserting: undefined,
+    epochLost: false
   }
 }
 

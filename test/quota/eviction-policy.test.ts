@@ -9,6 +9,7 @@ import { scrape, seriesKey } from '../helpers/metrics-scrape.js'
 import { startRedis } from '../helpers/redis.js'
 import { eventually, quotaSidecar } from './sidecar.js'
 
+const LOST = /rate-limit redis is new or lost its data/
 const ENV = { RATE_LIMITS: 'GET /v2/store/** 3/6s', RATE_LIMIT_FLEET_SIZE: '2', RATE_LIMIT_MAX_WAIT_MS: '0', RATE_LIMIT_REDIS_TIMEOUT_MS: '2000' }
 
 for (const policy of ['allkeys-lru', 'volatile-lru']) {
@@ -28,9 +29,26 @@ for (const policy of ['allkeys-lru', 'volatile-lru']) {
     t.match(reason, policy === 'allkeys-lru' ? /budgets may be under-counted/ : /budgets are safe/, 'what is at risk, for this policy')
     t.equal((await scrape(s.adminUrl)).get(seriesKey('store_auth_proxy_rate_limit_redis_evicting', {})), 1)
     t.match(s.logs.entries().filter((e) => /may evict keys/.test(String(e.msg))), [{ level: 40, maxmemoryPolicy: policy, maxmemory: 2 * 1024 * 1024 }], 'said once')
-    t.equal((await s.call('/v2/store/x', 'x')).status, 200, 'budgets still shared')
+    // volatile-lru cannot take a budget key (none has a TTL). allkeys-lru may have taken any,
+    // its epoch too: Redis's LRU clock ticks once a second, so the budgets' keys are no younger
+    // than the filler's. A lost epoch refuses budgets for a window, saying so (below).
+    const seen = await s.call('/v2/store/x', 'x')
+    if (policy === 'volatile-lru') t.equal(seen.status, 200, 'budgets still shared')
+    else t.ok(seen.status === 200 || (seen.status === 429 && LOST.test(seen.body)), `shared, or refused as lost data (${seen.status})`)
   })
 }
+
+t.test('an epoch evicted (allkeys-* may take any key): refused for a window as lost data, not as Redis silent; then shared again', async (t) => {
+  const redis = await startRedis(t)
+  const s = await quotaSidecar(t, { ...ENV, RATE_LIMITS: 'GET /v2/store/** 3/1s' }, { redisUrl: redis.url, systemClock: true })
+  await eventually(t, 'shared', async () => (await s.call('/v2/store/x', 'first')).status === 200)
+  t.equal(await redis.command('EVAL', "local n = 0 for _, k in ipairs(redis.call('KEYS', '*:epoch')) do n = n + redis.call('DEL', k) end return n", '0'), ':1', 'the epoch evicted')
+  const refused = await s.call('/v2/store/x', 'after')
+  t.equal(refused.status, 429)
+  t.match(refused.body, LOST, 'says Redis lost its data')
+  t.equal(s.upstream.seen('after').length, 0, 'not sent')
+  await eventually(t, 'shared again, a window later', async () => (await s.call('/v2/store/x', 'again')).status === 200)
+})
 
 t.test('noeviction, or no maxmemory: nothing to report', async (t) => {
   for (const [maxmemory, policy] of [['2097152', 'noeviction'], ['0', 'allkeys-lru']] as const) {

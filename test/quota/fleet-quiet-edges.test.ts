@@ -9,13 +9,12 @@ import { systemClock, type Clock } from '../../src/clock.js'
 import { parseRules, type Limit } from '../../src/config/rate-limit-rules.js'
 import { createMetrics } from '../../src/metrics.js'
 import { createFleetStore } from '../../src/quota/fleet-store.js'
-import { createQuotaGuard, type Caller } from '../../src/quota/guard.js'
+import type { Caller } from '../../src/quota/guard.js'
 import { createRedisStore } from '../../src/quota/redis-backend.js'
-import { fakeClock } from '../helpers/fake-clock.js'
 import { downPort } from '../helpers/recording-proxy.js'
 import { startRedis } from '../helpers/redis.js'
 import { gate, scriptedFleet } from './fleet-double.js'
-import { guardConfig } from './guard-config.js'
+import { guardConfig, guardOnFakeClock, WALL_START } from './guard-config.js'
 import { sizedFleet } from './fleet-redis.js'
 
 const LIMIT: Limit = { count: 4, windowMs: 60_000, text: '4/60000ms' }
@@ -142,18 +141,12 @@ t.test('the bound on spending alone counts from the first script answered of tho
   t.ok(f.store.status().aloneEnded, 'the bound reached by the wall clock, counted from the first send: the second, no later, renewed nothing')
 })
 
-const WALL_START = 1_700_000_000_000
-
 /** A guard without Redis on a fake clock; `armed()`: how many timers it has set. */
 function guardAlone (t: Test, rules: string) {
-  const c = fakeClock(WALL_START)
   let armed = 0
-  const clock: Clock = { ...c.clock, setTimer: (fn, ms) => { armed++; return c.clock.setTimer(fn, ms) } }
-  const metrics = createMetrics({ defaultMetrics: false })
-  const guard = createQuotaGuard({ config: guardConfig(rules, { maxWaitMs: 0 }), clock, log: pino({ level: 'silent' }), metrics })
+  const counting = (clock: Clock): Clock => ({ ...clock, setTimer: (fn, ms) => { armed++; return clock.setTimer(fn, ms) } })
+  const { c, guard, gauge } = guardOnFakeClock(guardConfig(rules, { maxWaitMs: 0 }), { clock: counting, log: pino({ level: 'silent' }) })
   t.teardown(() => guard.close())
-  const gauge = async (scope: string): Promise<number | undefined> =>
-    (await metrics.rateLimitCooldownUntil.get()).values.find((v) => v.labels.rule === scope)?.value
   const tooMany = (retryAfter: string) => { guard.answered(guard.ruleFor('GET', '/a'), { statusCode: 429, headers: { 'retry-after': retryAfter } }) }
   return { c, guard, gauge, tooMany, armed: () => armed }
 }

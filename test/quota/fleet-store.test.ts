@@ -269,7 +269,7 @@ t.test('the epoch changed under a take: decide alone, and tell Redis the ledger 
   const { c, store, double, take } = await setup(t, 'GET /a 4/1s')
   const before = double.reasserted.length
   double.state.answer = () => ({ code: 'epoch' })
-  t.match(await take(), { kind: 'degraded' })
+  t.match(await take(), { kind: 'degraded', lost: true }, 'refused as lost data, not as Redis silent')
   await c.tick(0)
   t.equal(double.reasserted.length, before + 1)
   t.equal(store.status().state, 'shared')

@@ -10,13 +10,10 @@ import type { FleetStatus, FleetStore } from '../../src/quota/fleet-store.js'
 import type { Limit, Rule } from '../../src/config/rate-limit-rules.js'
 import type { RateLimitConfig } from '../../src/config/rate-limits.js'
 import { createCooldowns, createLocalStore, type Take } from '../../src/quota/store.js'
-import { createMetrics } from '../../src/metrics.js'
 import { PENDING_HOLD_MS } from '../../src/quota/ledger.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
-import { guardConfig as config } from './guard-config.js'
-
-const WALL_START = 1_700_000_000_000
+import { guardConfig as config, guardOnFakeClock, WALL_START } from './guard-config.js'
 
 /** A caller as the guard sees a ServerResponse: `destroyed` is set before 'close' is emitted (node's onServerResponseClose). */
 function caller () {
@@ -72,8 +69,7 @@ function setup (rules: string, options: Partial<RateLimitConfig> = {}, { fleet: 
   const c = fakeClock(WALL_START)
   const fleet = standInFleet(c.clock)
   const logs = captureLogs()
-  const metrics = createMetrics({ defaultMetrics: false })
-  const created = createQuotaGuard({ config: config(rules, options), clock: c.clock, log: logs.log, metrics, fleet: withFleet ? fleet.create : undefined })
+  const { metrics, guard: created, gauge } = guardOnFakeClock(config(rules, options), { c, log: logs.log, fleet: withFleet ? fleet.create : undefined })
   // Each admitted request leaves at once (the wait to leave is test/quota/late-sends.test.ts's).
   const sent = (verdict: Verdict): Verdict => {
     if (verdict.ok) created.leaving(verdict.ticket)
@@ -87,9 +83,6 @@ function setup (rules: string, options: Partial<RateLimitConfig> = {}, { fleet: 
     }
   }
   const rule = (method: string, target: string): Rule | undefined => guard.ruleFor(method, target)
-  /** The cool-down gauge of a scope (unix seconds of its end, 0 for none), undefined when the series does not exist. */
-  const gauge = async (scope: string): Promise<number | undefined> =>
-    (await metrics.rateLimitCooldownUntil.get()).values.find((v) => v.labels.rule === scope)?.value
   const refusals = async (reason: string, action = 'refused'): Promise<number> =>
     (await metrics.rateLimited.get()).values.filter((v) => v.labels.reason === reason && v.labels.action === action).reduce((sum, v) => sum + v.value, 0)
   return { c, logs, metrics, guard, rule, gauge, refusals, fleet }
