@@ -7,6 +7,7 @@ import { createFleetStore, type FleetTiming } from '../../src/quota/fleet-store.
 import type { HeartbeatReply, Member, RedisStore, ReassertLimit, ReassertReply, TakeReply } from '../../src/quota/redis-backend.js'
 import type { Ledger } from '../../src/quota/ledger.js'
 import { parseRules, type Limit } from '../../src/config/rate-limit-rules.js'
+import type { Remaining } from '../../src/quota/rate-limit-fields.js'
 import type { CooldownRequest, Store, Take } from '../../src/quota/store.js'
 import { fakeClock } from '../helpers/fake-clock.js'
 import { captureLogs } from '../helpers/logs.js'
@@ -35,6 +36,8 @@ export function scriptedRedis () {
     take: (): Partial<TakeReply> => ({ code: 'ok' }),
     reassert: (): Partial<ReassertReply> => ({}),
     heartbeat: (): Partial<HeartbeatReply> => ({}),
+    /** What a read of the fleet's tally (the RateLimit fields) answers. */
+    peek: (): Remaining[] => [],
     coolDown: (request: CooldownRequest): number => request.retryAfterMs ?? request.baseMs,
     /** Sees each reassertion's member id and send ids. */
     onReassert: (_member: string, _sends: string[]): void => {},
@@ -63,6 +66,7 @@ export function scriptedRedis () {
       await run('heartbeat', s.hold.heartbeat)
       return { code: 'ok', ...fleet(), cooldowns: new Map(), ...s.heartbeat() }
     },
+    async peek (): Promise<Remaining[]> { await run('peek'); return s.peek() },
     async refund () { await run('refund') },
     async leave () { await run('leave') },
     async coolDown (scope: string, request: CooldownRequest) { await run('cooldown'); cooledDown.push({ scope, request }); return s.coolDown(request) },
