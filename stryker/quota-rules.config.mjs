@@ -16,8 +16,9 @@ export default area('quota-rules', {
   // no mutant of src/ reaches.
   // The configuration's tests own RATE_LIMITS' and the Redis URL's errors; the read cache's
   // own rules tests own cache= and stale=.
+  // grace-fields.test.ts holds a boundary of the fleet store's (quota-fleet's code) only.
   testFiles: [
-    'test/quota/!(loading).test.ts',
+    'test/quota/!(loading|grace-fields).test.ts',
     'test/quota/attacks/*.test.ts',
     'test/generative/quota.test.ts',
     'test/config/config.test.ts',
